@@ -1,0 +1,80 @@
+//! Block devices: the one interface through which jbdfs touches storage.
+//!
+//! Everything above this layer addresses storage in bytes at block-aligned
+//! offsets through [`BlockDevice`]. Implementations are shared between threads
+//! (`Send + Sync`, `&self` methods), so concurrent readers and writers never
+//! serialise on a lock in this layer unless the backing store demands it.
+
+pub mod file;
+pub mod memory;
+
+use std::io::{self, IoSlice};
+
+pub use file::{FileDevice, OpenOptions};
+pub use memory::MemoryDevice;
+
+/// Storage addressed by byte offset.
+///
+/// Reads and writes are positional and complete: a short read or write is an
+/// error (`UnexpectedEof` / `WriteZero`), never a partial success. `flush`
+/// makes every completed write durable, like `fdatasync` or a disk cache flush.
+pub trait BlockDevice: Send + Sync {
+    /// Fills `buf` from `offset`. Reading past the end is `UnexpectedEof`.
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()>;
+
+    /// Writes all of `buf` at `offset`. Writing past the end is an error.
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()>;
+
+    /// Writes `bufs` back to back starting at `offset`, as one request where
+    /// the backing store allows it.
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
+        let mut pos = offset;
+        for b in bufs {
+            self.write_at(b, pos)?;
+            pos += b.len() as u64;
+        }
+        Ok(())
+    }
+
+    /// Makes all completed writes durable.
+    fn flush(&self) -> io::Result<()>;
+
+    /// The size in bytes.
+    fn size(&self) -> u64;
+}
+
+impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        (**self).write_at(buf, offset)
+    }
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
+        (**self).write_vectored_at(bufs, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        (**self).flush()
+    }
+    fn size(&self) -> u64 {
+        (**self).size()
+    }
+}
+
+impl<T: BlockDevice + ?Sized> BlockDevice for Box<T> {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
+        (**self).read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
+        (**self).write_at(buf, offset)
+    }
+    fn write_vectored_at(&self, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
+        (**self).write_vectored_at(bufs, offset)
+    }
+    fn flush(&self) -> io::Result<()> {
+        (**self).flush()
+    }
+    fn size(&self) -> u64 {
+        (**self).size()
+    }
+}
