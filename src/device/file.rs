@@ -72,8 +72,7 @@ impl FileDevice {
     }
 
     fn aligned(&self, len: usize, offset: u64) -> bool {
-        !self.direct
-            || (len % DIRECT_ALIGN == 0 && offset % DIRECT_ALIGN as u64 == 0)
+        !self.direct || (len % DIRECT_ALIGN == 0 && offset % DIRECT_ALIGN as u64 == 0)
     }
 
     fn check_range(&self, len: usize, offset: u64) -> io::Result<()> {
@@ -181,7 +180,11 @@ impl BlockDevice for FileDevice {
 
 /// Writes every byte of `bufs` with pwritev, resubmitting after short writes.
 fn pwritev_all(file: &File, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
-    let mut owned: Vec<&[u8]> = bufs.iter().map(|b| &**b).filter(|b| !b.is_empty()).collect();
+    let mut owned: Vec<&[u8]> = bufs
+        .iter()
+        .map(|b| &**b)
+        .filter(|b| !b.is_empty())
+        .collect();
     let mut pos = offset;
     let mut first = 0;
     while first < owned.len() {
@@ -211,7 +214,10 @@ fn pwritev_all(file: &File, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()>
             return Err(e);
         }
         if n == 0 {
-            return Err(io::Error::new(io::ErrorKind::WriteZero, "pwritev wrote nothing"));
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                "pwritev wrote nothing",
+            ));
         }
         let mut left = n as usize;
         pos += left as u64;

@@ -42,7 +42,9 @@ impl MemoryDevice {
             Some(end) if end <= size => Ok(start..end),
             _ => Err(io::Error::new(
                 io::ErrorKind::UnexpectedEof,
-                format!("access of {len} bytes at {offset} is past the end of a {size}-byte device"),
+                format!(
+                    "access of {len} bytes at {offset} is past the end of a {size}-byte device"
+                ),
             )),
         }
     }
