@@ -59,6 +59,69 @@ pub fn parse_uuid(s: &str) -> Option<[u8; 16]> {
     Some(out)
 }
 
+/// Progress on long work, in e2fsprogs' style: `label: n/total` redrawn in
+/// place on a terminal, then `done`. Quiet progress prints nothing.
+pub struct Progress {
+    enabled: bool,
+    tty: bool,
+    label: String,
+    total: u64,
+    last_percent: Option<u64>,
+}
+
+impl Progress {
+    /// Progress on stdout; redrawn in place when stdout is a terminal.
+    pub fn stdout(enabled: bool) -> Self {
+        use std::io::IsTerminal;
+        Progress {
+            enabled,
+            tty: std::io::stdout().is_terminal(),
+            label: String::new(),
+            total: 0,
+            last_percent: None,
+        }
+    }
+
+    pub fn quiet() -> Self {
+        Self::stdout(false)
+    }
+
+    /// Prints a message as is.
+    pub fn message(&mut self, text: &str) {
+        if self.enabled {
+            use std::io::Write;
+            print!("{text}");
+            let _ = std::io::stdout().flush();
+        }
+    }
+
+    pub fn start(&mut self, label: &str, total: u64) {
+        self.label = label.to_string();
+        self.total = total;
+        self.last_percent = None;
+        self.message(&format!("{label}: "));
+    }
+
+    pub fn set(&mut self, done: u64) {
+        if !self.enabled || !self.tty || self.total == 0 {
+            return;
+        }
+        let percent = done * 100 / self.total;
+        if self.last_percent == Some(percent) {
+            return;
+        }
+        self.last_percent = Some(percent);
+        let text = format!("{done}/{}", self.total);
+        let back = "\u{8}".repeat(text.len());
+        self.message(&format!("{text}{back}"));
+    }
+
+    pub fn finish(&mut self) {
+        let pad = if self.tty { "                    " } else { "" };
+        self.message(&format!("done{pad}\n"));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

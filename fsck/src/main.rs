@@ -1,1 +1,115 @@
-fn main() {}
+//! fsck.jbdfs (built as fsck-jbdfs): the command line over `jbdfs::fsck`,
+//! with e2fsck's flags and exit codes.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Parser;
+use jbdfs::device::{FileDevice, OpenOptions};
+use jbdfs::fsck::{self, exit, FsckError, FsckOptions, Mode};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "fsck.jbdfs",
+    version,
+    about = "Check a jbdfs (ext3) filesystem, with e2fsck's flags and exit codes",
+    after_help = "Exit status: 0 clean, 1 errors corrected, 4 errors left uncorrected, 8 operational error, 16 usage error, 32 cancelled."
+)]
+struct Args {
+    /// Open read-only and answer "no" to every question.
+    #[arg(short = 'n')]
+    no: bool,
+    /// Preen: fix what is safe without asking.
+    #[arg(short = 'p')]
+    preen: bool,
+    /// Same as -p.
+    #[arg(short = 'a')]
+    auto: bool,
+    /// Answer "yes" to every question.
+    #[arg(short = 'y')]
+    yes: bool,
+    /// Check even if the filesystem seems clean.
+    #[arg(short = 'f')]
+    force: bool,
+    /// Show progress on file descriptor FD (0 for the terminal).
+    #[arg(short = 'C', value_name = "FD")]
+    progress_fd: Option<i32>,
+    /// Verbose.
+    #[arg(short = 'v')]
+    verbose: bool,
+    /// The image file or block device.
+    device: PathBuf,
+}
+
+fn main() -> ExitCode {
+    let args = match Args::try_parse() {
+        Ok(a) => a,
+        Err(e) if e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::from(exit::USAGE);
+        }
+        Err(e) => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+    };
+    ExitCode::from(run(&args))
+}
+
+fn run(args: &Args) -> u8 {
+    let modes = [args.no, args.preen || args.auto, args.yes];
+    if modes.iter().filter(|&&m| m).count() > 1 {
+        eprintln!("fsck.jbdfs: only one of the options -p/-a, -n or -y may be specified.");
+        return exit::USAGE;
+    }
+    let mode = if args.yes {
+        Mode::Yes
+    } else if args.preen || args.auto {
+        Mode::Preen
+    } else {
+        Mode::No
+    };
+    let name = args.device.display().to_string();
+    let dev = match FileDevice::open(
+        &args.device,
+        OpenOptions {
+            read_only: mode == Mode::No,
+            ..Default::default()
+        },
+    ) {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("fsck.jbdfs: {e} while trying to open {name}");
+            return exit::ERROR;
+        }
+    };
+    let opts = FsckOptions {
+        mode,
+        force: args.force,
+    };
+    match fsck::check(&dev, &opts) {
+        Ok(report) => {
+            for p in &report.problems {
+                println!("{p}");
+            }
+            if report.skipped_clean {
+                println!(
+                    "{name}: clean, {}",
+                    report.summary("").trim_start_matches(": ")
+                );
+            } else {
+                println!("{}", report.summary(&name));
+            }
+            report.exit_code()
+        }
+        Err(FsckError::Unsupported(f)) => {
+            eprintln!("fsck.jbdfs: {name} has unsupported feature(s): {f}");
+            exit::ERROR
+        }
+        Err(e) => {
+            eprintln!("fsck.jbdfs: {e}");
+            eprintln!("fsck.jbdfs: {name} does not hold a valid ext3 filesystem");
+            exit::ERROR
+        }
+    }
+}
