@@ -12,8 +12,11 @@
 //! 1. device-internal locks (memory device contents) — leaf locks, never held
 //!    while calling out of the device.
 
+pub mod cache;
 pub mod device;
 pub mod format;
+pub mod fs;
 pub mod fsck;
+pub mod journal;
 pub mod mkfs;
 pub mod util;

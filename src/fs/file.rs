@@ -1,0 +1,199 @@
+//! Regular file data: read, write and size changes. File data goes straight
+//! between the caller and the device, one device request per contiguous
+//! run; only the block map's metadata passes through the buffer cache.
+
+use super::inode::InodeState;
+use super::{Filesystem, FsError, Result};
+use crate::format::inode::Timestamp;
+use crate::format::InodeNo;
+use crate::journal::Handle;
+
+/// Journal credits for one write call: a bitmap, a descriptor and the
+/// inode, plus the pointer blocks a run may need.
+const WRITE_CREDITS: u32 = 16;
+
+fn now() -> Timestamp {
+    let (sec, nsec) = crate::util::now();
+    Timestamp { sec, nsec }
+}
+
+impl Filesystem {
+    /// The largest file size ext3 allows for this block size: the block map
+    /// limit, and `i_blocks` counting 2^32 sectors (no huge_file).
+    pub fn max_file_size(&self) -> u64 {
+        let bs = self.block_size as u64;
+        let p = bs / 4;
+        let map_limit = super::bmap::max_blocks(p as u32) * bs;
+        let sectors_per_block = bs / 512;
+        // Data blocks plus the pointer blocks they need must fit in i_blocks.
+        let max_blocks = (u32::MAX as u64) / sectors_per_block;
+        let meta = 1 + 1 + p + (max_blocks / (p * p)).max(1);
+        let by_iblocks = (max_blocks - meta) * bs;
+        map_limit.min(by_iblocks).min(i64::MAX as u64)
+    }
+
+    /// Reads up to `size` bytes at `offset`; holes read as zeros.
+    pub fn read(&self, ino: InodeNo, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let inode = self.iget(ino)?;
+        let st = inode.state.read();
+        if st.disk.is_dir() {
+            return Err(FsError::IsDir);
+        }
+        let end = (offset + size as u64).min(st.disk.i_size);
+        if offset >= end {
+            return Ok(Vec::new());
+        }
+        let mut out = vec![0u8; (end - offset) as usize];
+        self.read_into(ino, &st, offset, &mut out)?;
+        Ok(out)
+    }
+
+    fn read_into(&self, ino: InodeNo, st: &InodeState, offset: u64, out: &mut [u8]) -> Result<()> {
+        let bs = self.block_size as u64;
+        let mut pos = offset;
+        let end = offset + out.len() as u64;
+        while pos < end {
+            let logical = (pos / bs) as u32;
+            let want = ((end - 1) / bs - pos / bs + 1) as u32;
+            let m = self.map_blocks(ino, st, logical, want)?;
+            let run_end = ((logical as u64 + m.count as u64) * bs).min(end);
+            let dst = &mut out[(pos - offset) as usize..(run_end - offset) as usize];
+            match m.physical {
+                None => dst.fill(0),
+                Some(p) => self.dev.read_at(dst, p.0 as u64 * bs + pos % bs)?,
+            }
+            pos = run_end;
+        }
+        Ok(())
+    }
+
+    /// Writes `data` at `offset`, allocating blocks as needed.
+    pub fn write(&self, ino: InodeNo, offset: u64, data: &[u8], privileged: bool) -> Result<usize> {
+        if self.read_only {
+            return Err(FsError::ReadOnly);
+        }
+        let end = offset
+            .checked_add(data.len() as u64)
+            .ok_or(FsError::FileTooBig)?;
+        if end > self.max_file_size() {
+            return Err(FsError::FileTooBig);
+        }
+        let inode = self.iget(ino)?;
+        let mut st = inode.state.write();
+        if !st.disk.is_reg() {
+            return Err(FsError::Invalid("write to a non-regular file"));
+        }
+        let mut h = self.journal.start(WRITE_CREDITS)?;
+        let res = self.write_runs(&mut h, ino, &mut st, offset, data, privileged);
+        let written = match res {
+            Ok(()) => data.len(),
+            Err(FsError::NoSpace) => 0,
+            Err(e) => {
+                let _ = self.write_inode(&mut h, ino, &st.disk);
+                let _ = h.stop();
+                return Err(e);
+            }
+        };
+        if written > 0 {
+            if end > st.disk.i_size {
+                st.disk.i_size = end;
+            }
+            let t = now();
+            st.disk.i_mtime = t;
+            st.disk.i_ctime = t;
+        }
+        self.write_inode(&mut h, ino, &st.disk)?;
+        h.stop()?;
+        if written == 0 && !data.is_empty() {
+            return Err(FsError::NoSpace);
+        }
+        Ok(written)
+    }
+
+    fn write_runs(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        st: &mut InodeState,
+        offset: u64,
+        data: &[u8],
+        privileged: bool,
+    ) -> Result<()> {
+        let bs = self.block_size as u64;
+        let end = offset + data.len() as u64;
+        let mut pos = offset;
+        while pos < end {
+            let logical = (pos / bs) as u32;
+            let want = ((end - 1) / bs - pos / bs + 1) as u32;
+            let m = self.get_blocks(h, ino, st, logical, want, privileged)?;
+            let Some(p) = m.physical else {
+                return Err(FsError::Invalid("allocation returned a hole"));
+            };
+            let run_start = logical as u64 * bs;
+            let chunk_end = (run_start + m.count as u64 * bs).min(end);
+            let src = &data[(pos - offset) as usize..(chunk_end - offset) as usize];
+            self.write_run(p.0 as u64 * bs, run_start, pos, src, m.new)?;
+            pos = chunk_end;
+        }
+        Ok(())
+    }
+
+    /// Writes `src` at file offset `pos` inside a run of blocks that starts
+    /// at disk byte `disk` (file offset `run_start`). Partial blocks at the
+    /// edges keep their old bytes, or read as zeros when newly allocated.
+    fn write_run(&self, disk: u64, run_start: u64, pos: u64, src: &[u8], new: bool) -> Result<()> {
+        let bs = self.block_size as u64;
+        let end = pos + src.len() as u64;
+        let lo = pos / bs * bs;
+        let hi = end.div_ceil(bs) * bs;
+        let disk_lo = disk + (lo - run_start);
+        if lo == pos && hi == end {
+            self.dev.write_at(src, disk_lo)?;
+            return Ok(());
+        }
+        let mut buf = vec![0u8; (hi - lo) as usize];
+        let last = buf.len() - bs as usize;
+        if !new {
+            if pos > lo {
+                self.dev.read_at(&mut buf[..bs as usize], disk_lo)?;
+            }
+            if end < hi && (last > 0 || pos == lo) {
+                self.dev.read_at(&mut buf[last..], disk_lo + last as u64)?;
+            }
+        }
+        let at = (pos - lo) as usize;
+        buf[at..at + src.len()].copy_from_slice(src);
+        self.dev.write_at(&buf, disk_lo)?;
+        Ok(())
+    }
+
+    /// Changes a file's size: shrinking frees the blocks past the end and
+    /// zeroes the tail of the last block; growing leaves a hole.
+    pub(crate) fn set_size(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        st: &mut InodeState,
+        size: u64,
+    ) -> Result<()> {
+        if size > self.max_file_size() {
+            return Err(FsError::FileTooBig);
+        }
+        let bs = self.block_size as u64;
+        if size < st.disk.i_size {
+            let tail = size % bs;
+            if tail != 0 {
+                let m = self.map_blocks(ino, st, (size / bs) as u32, 1)?;
+                if let Some(p) = m.physical {
+                    let zeros = vec![0u8; (bs - tail) as usize];
+                    self.dev.write_at(&zeros, p.0 as u64 * bs + tail)?;
+                }
+            }
+        }
+        if size < st.disk.i_size || size == 0 {
+            self.free_blocks_from(h, ino, st, size.div_ceil(bs))?;
+        }
+        st.disk.i_size = size;
+        Ok(())
+    }
+}

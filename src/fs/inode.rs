@@ -1,0 +1,166 @@
+//! In-memory inodes and their on-disk slots (Linux: fs/ext3/inode.c's
+//! ext3_iget and ext3_mark_inode_dirty).
+//!
+//! Each inode in use has one [`InodeRef`], whose lock serialises changes to
+//! that inode; operations on different inodes run in parallel.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use parking_lot::{Mutex, RwLock};
+
+use super::{Filesystem, FsError, Result};
+use crate::format::inode::Inode;
+use crate::format::{BlockNo, Corruption, InodeNo, Location};
+use crate::journal::Handle;
+
+/// An inode's in-memory state, behind its lock.
+#[derive(Debug)]
+pub struct InodeState {
+    pub disk: Inode,
+    /// Lookups the kernel holds (FUSE's nlookup).
+    pub nlookup: u64,
+    pub open_count: u32,
+    /// The last block allocated to this file: the goal for the next one.
+    pub last_alloc: Option<BlockNo>,
+    /// A directory's name index, built on first lookup.
+    pub dir_index: Option<super::dir::DirIndex>,
+}
+
+#[derive(Debug)]
+pub struct InodeRef {
+    pub ino: InodeNo,
+    pub state: RwLock<InodeState>,
+}
+
+const SHARDS: usize = 64;
+
+/// The inodes currently in memory, sharded so that lookups of different
+/// inodes do not contend.
+pub struct InodeCache {
+    shards: Vec<Mutex<HashMap<u32, Arc<InodeRef>>>>,
+}
+
+impl Default for InodeCache {
+    fn default() -> Self {
+        InodeCache {
+            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+        }
+    }
+}
+
+impl InodeCache {
+    fn shard(&self, ino: InodeNo) -> &Mutex<HashMap<u32, Arc<InodeRef>>> {
+        &self.shards[ino.0 as usize % SHARDS]
+    }
+
+    pub fn get(&self, ino: InodeNo) -> Option<Arc<InodeRef>> {
+        self.shard(ino).lock().get(&ino.0).cloned()
+    }
+
+    /// Drops an inode nobody references any more.
+    pub fn evict(&self, ino: InodeNo) {
+        let mut shard = self.shard(ino).lock();
+        if let Some(r) = shard.get(&ino.0) {
+            let st = r.state.read();
+            if st.nlookup == 0 && st.open_count == 0 && Arc::strong_count(r) == 1 {
+                drop(st);
+                shard.remove(&ino.0);
+            }
+        }
+    }
+}
+
+impl Filesystem {
+    /// The block and byte offset of inode `ino`'s on-disk slot.
+    pub(crate) fn inode_location(&self, ino: InodeNo) -> Result<(BlockNo, usize)> {
+        let (ipg, isz, count) = {
+            let sb = self.sb.lock();
+            (
+                sb.s_inodes_per_group,
+                sb.inode_size() as u64,
+                sb.s_inodes_count,
+            )
+        };
+        if ino.0 == 0 || ino.0 > count {
+            return Err(FsError::NotFound);
+        }
+        let group = (ino.0 - 1) / ipg;
+        let index = ((ino.0 - 1) % ipg) as u64;
+        let table = self
+            .group_desc(crate::format::GroupNo(group))?
+            .bg_inode_table;
+        let byte = index * isz;
+        let bs = self.block_size as u64;
+        Ok((BlockNo(table + (byte / bs) as u32), (byte % bs) as usize))
+    }
+
+    fn read_inode_disk(&self, ino: InodeNo) -> Result<Inode> {
+        let (block, off) = self.inode_location(ino)?;
+        let size = self.sb.lock().inode_size() as usize;
+        let buf = self.cache.get(block)?;
+        let data = buf.read();
+        Inode::parse(&data[off..off + size])
+            .map_err(|e| Corruption::new(Location::Inode(ino), e).into())
+    }
+
+    /// The in-memory inode for `ino`, reading it from disk on first use.
+    pub fn iget(&self, ino: InodeNo) -> Result<Arc<InodeRef>> {
+        if let Some(r) = self.inodes.shard(ino).lock().get(&ino.0) {
+            return Ok(r.clone());
+        }
+        let disk = self.read_inode_disk(ino)?;
+        let mut shard = self.inodes.shard(ino).lock();
+        let r = shard.entry(ino.0).or_insert_with(|| {
+            Arc::new(InodeRef {
+                ino,
+                state: RwLock::new(InodeState {
+                    disk,
+                    nlookup: 0,
+                    open_count: 0,
+                    last_alloc: None,
+                    dir_index: None,
+                }),
+            })
+        });
+        Ok(r.clone())
+    }
+
+    /// Installs a freshly allocated inode in the cache.
+    pub(crate) fn iget_new(&self, ino: InodeNo, disk: Inode) -> Arc<InodeRef> {
+        let r = Arc::new(InodeRef {
+            ino,
+            state: RwLock::new(InodeState {
+                disk,
+                nlookup: 0,
+                open_count: 0,
+                last_alloc: None,
+                dir_index: None,
+            }),
+        });
+        self.inodes.shard(ino).lock().insert(ino.0, r.clone());
+        r
+    }
+
+    /// Writes `inode` into its slot through `h` (ext3_mark_inode_dirty).
+    pub(crate) fn write_inode(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        inode: &Inode,
+    ) -> Result<()> {
+        let (block, off) = self.inode_location(ino)?;
+        let bytes = inode.to_bytes();
+        let buf = self.cache.get(block)?;
+        h.get_write_access(&buf)?;
+        buf.write()[off..off + bytes.len()].copy_from_slice(&bytes);
+        h.dirty_metadata(&buf)?;
+        Ok(())
+    }
+
+    /// A new in-memory inode record of this filesystem's inode size.
+    pub(crate) fn blank_inode(&self) -> Inode {
+        let size = self.sb.lock().inode_size() as usize;
+        Inode::new(size, 32)
+    }
+}

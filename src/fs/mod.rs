@@ -1,0 +1,91 @@
+//! ext3 semantics over the buffer cache and the journal: mounting, inodes,
+//! block and inode allocation, block mapping, directories and files.
+//!
+//! Nothing here knows FUSE. Operations take inode numbers and return
+//! [`FsError`], which the FUSE adapter maps to errno in one place.
+
+pub mod balloc;
+pub mod bmap;
+pub mod dir;
+pub mod file;
+pub mod ialloc;
+pub mod inode;
+pub mod mount;
+pub mod namei;
+pub mod orphan;
+pub mod truncate;
+pub mod xattr;
+
+use std::io;
+
+use crate::format::{Corruption, InodeNo};
+
+pub use mount::{Filesystem, MountConfig};
+
+/// Why a filesystem operation failed.
+#[derive(Debug, thiserror::Error)]
+pub enum FsError {
+    #[error("no such file or directory")]
+    NotFound,
+    #[error("file exists")]
+    Exists,
+    #[error("not a directory")]
+    NotDir,
+    #[error("is a directory")]
+    IsDir,
+    #[error("directory not empty")]
+    NotEmpty,
+    #[error("no space left on device")]
+    NoSpace,
+    #[error("file name too long")]
+    NameTooLong,
+    #[error("file too large")]
+    FileTooBig,
+    #[error("too many links")]
+    TooManyLinks,
+    #[error("invalid argument: {0}")]
+    Invalid(&'static str),
+    #[error("read-only filesystem")]
+    ReadOnly,
+    #[error("operation not permitted")]
+    NotPermitted,
+    #[error("no such attribute")]
+    NoData,
+    #[error("result too large for the buffer")]
+    Range,
+    #[error("operation not supported")]
+    NotSupported,
+    #[error("{0}")]
+    Corrupt(#[from] Corruption),
+    #[error("inode {0} is corrupt: {1}")]
+    CorruptInode(InodeNo, String),
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+}
+
+pub type Result<T> = std::result::Result<T, FsError>;
+
+/// The errno for an error, for the FUSE adapter.
+impl FsError {
+    pub fn errno(&self) -> i32 {
+        match self {
+            FsError::NotFound => libc::ENOENT,
+            FsError::Exists => libc::EEXIST,
+            FsError::NotDir => libc::ENOTDIR,
+            FsError::IsDir => libc::EISDIR,
+            FsError::NotEmpty => libc::ENOTEMPTY,
+            FsError::NoSpace => libc::ENOSPC,
+            FsError::NameTooLong => libc::ENAMETOOLONG,
+            FsError::FileTooBig => libc::EFBIG,
+            FsError::TooManyLinks => libc::EMLINK,
+            FsError::Invalid(_) => libc::EINVAL,
+            FsError::ReadOnly => libc::EROFS,
+            FsError::NotPermitted => libc::EPERM,
+            FsError::NoData => libc::ENODATA,
+            FsError::Range => libc::ERANGE,
+            FsError::NotSupported => libc::EOPNOTSUPP,
+            FsError::Corrupt(_) | FsError::CorruptInode(..) => libc::EIO,
+            FsError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
+        }
+    }
+}

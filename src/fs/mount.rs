@@ -1,0 +1,348 @@
+//! Mounting and unmounting (Linux: fs/ext3/super.c): read and check the
+//! superblock and group descriptors, refuse what jbdfs cannot handle, and
+//! keep the in-memory superblock and its on-disk copy in step.
+
+use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
+
+use parking_lot::Mutex;
+
+use super::{FsError, Result};
+use crate::cache::{Buffer, BufferCache};
+use crate::device::BlockDevice;
+use crate::format::group_desc::{GroupDesc, GROUP_DESC_SIZE};
+use crate::format::superblock::{self as sbm, feature, Superblock};
+use crate::format::{BlockNo, Corruption, FormatError, GroupNo, Location};
+use crate::journal::{Handle, Journal};
+
+/// How to mount.
+#[derive(Clone, Debug)]
+pub struct MountConfig {
+    pub read_only: bool,
+    /// Bytes of metadata the buffer cache may hold.
+    pub cache_size: usize,
+}
+
+impl Default for MountConfig {
+    fn default() -> Self {
+        MountConfig {
+            read_only: false,
+            cache_size: 256 << 20,
+        }
+    }
+}
+
+/// A mounted ext3 filesystem.
+pub struct Filesystem {
+    pub(crate) dev: Arc<dyn BlockDevice>,
+    pub(crate) cache: Arc<BufferCache>,
+    pub(crate) journal: Journal,
+    /// The in-memory superblock. Free counts here are refreshed from the
+    /// group descriptors when the superblock is written.
+    pub(crate) sb: Mutex<Superblock>,
+    /// One lock per group, taken around bitmap and descriptor updates.
+    pub(crate) group_locks: Vec<Mutex<()>>,
+    pub(crate) inodes: super::inode::InodeCache,
+    pub(crate) read_only: bool,
+    pub(crate) block_size: u32,
+    pub(crate) groups: u32,
+    /// Free blocks and inodes over all groups, kept in step with the
+    /// descriptors so that allocation can honour reserved blocks cheaply.
+    pub(crate) free_blocks: AtomicI64,
+    pub(crate) free_inodes: AtomicI64,
+    /// The orphan chain in memory, oldest first (see orphan.rs).
+    pub(crate) orphans: Mutex<Vec<crate::format::InodeNo>>,
+}
+
+/// Reads and validates the primary superblock.
+pub fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
+    let mut buf = vec![0u8; sbm::SUPERBLOCK_SIZE];
+    if dev.size() < sbm::SUPERBLOCK_OFFSET + buf.len() as u64 {
+        let err = FormatError::Short {
+            structure: "superblock",
+            len: dev.size().saturating_sub(sbm::SUPERBLOCK_OFFSET) as usize,
+            need: sbm::SUPERBLOCK_SIZE,
+        };
+        return Err(Corruption::new(Location::Superblock, err).into());
+    }
+    dev.read_at(&mut buf, sbm::SUPERBLOCK_OFFSET)?;
+    Superblock::parse(&buf).map_err(|e| Corruption::new(Location::Superblock, e).into())
+}
+
+/// The block holding group `g`'s descriptor, and its offset there.
+pub fn group_desc_location(sb: &Superblock, g: GroupNo) -> (BlockNo, usize) {
+    let per_block = sb.descs_per_block();
+    let block = sb.s_first_data_block + 1 + g.0 / per_block;
+    (BlockNo(block), (g.0 % per_block) as usize * GROUP_DESC_SIZE)
+}
+
+/// Reads the group descriptor table that follows the primary superblock.
+pub fn read_group_descs(dev: &dyn BlockDevice, sb: &Superblock) -> Result<Vec<GroupDesc>> {
+    let bs = sb.block_size() as u64;
+    let start = (sb.s_first_data_block as u64 + 1) * bs;
+    let len = sb.gdt_blocks() as u64 * bs;
+    if start.checked_add(len).is_none_or(|end| end > dev.size()) {
+        let err = FormatError::bad_field(
+            "superblock",
+            "s_blocks_count",
+            sb.s_blocks_count,
+            "the group descriptor table lies past the end of the device",
+        );
+        return Err(Corruption::new(Location::Superblock, err).into());
+    }
+    let mut buf = vec![0u8; len as usize];
+    dev.read_at(&mut buf, start)?;
+    let descs = crate::format::group_desc::parse_table(&buf, sb.group_count())
+        .map_err(|e| Corruption::new(Location::GroupDesc(GroupNo(0)), e))?;
+    for (i, d) in descs.iter().enumerate() {
+        d.validate(
+            sb.s_first_data_block,
+            sb.s_blocks_count,
+            sb.inode_table_blocks(),
+        )
+        .map_err(|e| Corruption::new(Location::GroupDesc(GroupNo(i as u32)), e))?;
+    }
+    Ok(descs)
+}
+
+/// Why the filesystem cannot be mounted as asked, if it cannot.
+fn check_features(sb: &Superblock, read_only: bool) -> Result<bool> {
+    let (incompat, ro_compat) = sb.unsupported_features();
+    if !incompat.is_empty() {
+        tracing::error!(features = %incompat.join(","), "unsupported incompatible features");
+        return Err(FsError::NotSupported);
+    }
+    if !sb.has_compat(feature::COMPAT_HAS_JOURNAL) {
+        tracing::warn!("filesystem has no journal (ext2); mounting read-only");
+        return Ok(true);
+    }
+    if !ro_compat.is_empty() && !read_only {
+        tracing::warn!(features = %ro_compat.join(","), "unsupported read-only-compatible features; mounting read-only");
+        return Ok(true);
+    }
+    if sb.has_incompat(feature::INCOMPAT_RECOVER) && !read_only {
+        tracing::error!(
+            "the journal needs recovery, which this build cannot do; mount read-only or run e2fsck"
+        );
+        return Err(FsError::NotSupported);
+    }
+    Ok(read_only)
+}
+
+/// Explains why [`Filesystem::mount`] refused, for messages to the user.
+pub fn refusal_reason(dev: &dyn BlockDevice) -> Option<String> {
+    let sb = read_superblock(dev).ok()?;
+    let (incompat, _) = sb.unsupported_features();
+    if !incompat.is_empty() {
+        return Some(format!(
+            "unsupported filesystem features: {}",
+            incompat.join(", ")
+        ));
+    }
+    if sb.has_incompat(feature::INCOMPAT_RECOVER) {
+        return Some("the journal needs recovery".into());
+    }
+    None
+}
+
+impl Filesystem {
+    pub fn mount(dev: Arc<dyn BlockDevice>, config: &MountConfig) -> Result<Arc<Self>> {
+        let sb = read_superblock(&*dev)?;
+        let read_only = check_features(&sb, config.read_only)?;
+        let descs = read_group_descs(&*dev, &sb)?;
+        let free_blocks: i64 = descs.iter().map(|d| d.bg_free_blocks_count as i64).sum();
+        let free_inodes: i64 = descs.iter().map(|d| d.bg_free_inodes_count as i64).sum();
+        let block_size = sb.block_size();
+        let needed = sb.s_blocks_count as u64 * block_size as u64;
+        if needed > dev.size() {
+            let err = FormatError::bad_field(
+                "superblock",
+                "s_blocks_count",
+                sb.s_blocks_count,
+                "the filesystem is larger than the device",
+            );
+            return Err(Corruption::new(Location::Superblock, err).into());
+        }
+        let cache = Arc::new(BufferCache::new(
+            dev.clone(),
+            block_size as usize,
+            config.cache_size,
+        ));
+        let groups = sb.group_count();
+        let fs = Arc::new(Filesystem {
+            journal: Journal::new(cache.clone()),
+            dev,
+            cache,
+            group_locks: (0..groups).map(|_| Mutex::new(())).collect(),
+            inodes: super::inode::InodeCache::default(),
+            sb: Mutex::new(sb),
+            read_only,
+            block_size,
+            groups,
+            free_blocks: AtomicI64::new(free_blocks),
+            free_inodes: AtomicI64::new(free_inodes),
+            orphans: Mutex::new(Vec::new()),
+        });
+        if !read_only {
+            fs.mark_mounted()?;
+            let n = fs.orphan_cleanup()?;
+            if n > 0 {
+                tracing::info!(orphans = n, "freed inodes orphaned by a crash");
+            }
+        }
+        Ok(fs)
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.read_only
+    }
+
+    pub fn block_size(&self) -> u32 {
+        self.block_size
+    }
+
+    pub fn superblock(&self) -> Superblock {
+        self.sb.lock().clone()
+    }
+
+    /// Clears the valid flag while mounted, as ext3 does, so that a crash
+    /// leaves the filesystem marked for checking.
+    fn mark_mounted(&self) -> Result<()> {
+        let mut h = self.journal.start(1)?;
+        {
+            let mut sb = self.sb.lock();
+            sb.s_state &= !sbm::EXT2_VALID_FS;
+            sb.s_mnt_count = sb.s_mnt_count.wrapping_add(1);
+            sb.s_mtime = crate::util::now().0 as u32;
+        }
+        self.write_superblock(&mut h)?;
+        h.set_sync();
+        h.stop()?;
+        Ok(())
+    }
+
+    /// Writes the in-memory superblock, with free counts summed from the
+    /// group descriptors, into its buffer.
+    pub(crate) fn write_superblock(&self, h: &mut Handle<'_>) -> Result<()> {
+        let (free_blocks, free_inodes) = self.free_counts()?;
+        let bytes = {
+            let mut sb = self.sb.lock();
+            sb.s_free_blocks_count = free_blocks;
+            sb.s_free_inodes_count = free_inodes;
+            sb.s_wtime = crate::util::now().0 as u32;
+            sb.to_bytes()
+        };
+        let bs = self.block_size as u64;
+        let block = BlockNo((sbm::SUPERBLOCK_OFFSET / bs) as u32);
+        let offset = (sbm::SUPERBLOCK_OFFSET % bs) as usize;
+        let buf = self.cache.get(block)?;
+        h.get_write_access(&buf)?;
+        buf.write()[offset..offset + bytes.len()].copy_from_slice(&bytes);
+        h.dirty_metadata(&buf)?;
+        Ok(())
+    }
+
+    fn free_counts(&self) -> Result<(u32, u32)> {
+        let (mut blocks, mut inodes) = (0u32, 0u32);
+        for g in 0..self.groups {
+            let d = self.group_desc(GroupNo(g))?;
+            blocks = blocks.saturating_add(d.bg_free_blocks_count as u32);
+            inodes = inodes.saturating_add(d.bg_free_inodes_count as u32);
+        }
+        Ok((blocks, inodes))
+    }
+
+    /// Reads group `g`'s descriptor from the cached table.
+    pub(crate) fn group_desc(&self, g: GroupNo) -> Result<GroupDesc> {
+        let (buf, off) = self.group_desc_buffer(g)?;
+        let data = buf.read();
+        GroupDesc::parse(&data[off..off + GROUP_DESC_SIZE])
+            .map_err(|e| Corruption::new(Location::GroupDesc(g), e).into())
+    }
+
+    pub(crate) fn group_desc_buffer(&self, g: GroupNo) -> Result<(Arc<Buffer>, usize)> {
+        let (block, off) = group_desc_location(&self.sb.lock(), g);
+        Ok((self.cache.get(block)?, off))
+    }
+
+    /// Rewrites group `g`'s descriptor through `h`; the caller holds the
+    /// group lock.
+    pub(crate) fn update_group_desc(
+        &self,
+        h: &mut Handle<'_>,
+        g: GroupNo,
+        f: impl FnOnce(&mut GroupDesc),
+    ) -> Result<()> {
+        let (buf, off) = self.group_desc_buffer(g)?;
+        h.get_write_access(&buf)?;
+        {
+            let mut data = buf.write();
+            let mut d = GroupDesc::parse(&data[off..off + GROUP_DESC_SIZE])
+                .map_err(|e| Corruption::new(Location::GroupDesc(g), e))?;
+            f(&mut d);
+            d.write(&mut data[off..off + GROUP_DESC_SIZE]);
+        }
+        h.dirty_metadata(&buf)?;
+        Ok(())
+    }
+
+    /// Writes everything home and flushes the device.
+    pub fn sync(&self) -> Result<()> {
+        if !self.read_only {
+            let mut h = self.journal.start(1)?;
+            self.write_superblock(&mut h)?;
+            h.stop()?;
+        }
+        self.journal.force_commit()?;
+        Ok(())
+    }
+
+    /// Marks the filesystem clean and writes everything home.
+    pub fn unmount(&self) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.sb.lock().s_state |= sbm::EXT2_VALID_FS;
+        self.sync()
+    }
+
+    /// statfs: (blocks, free blocks, available to non-root, inodes, free inodes).
+    pub fn statfs(&self) -> Result<StatFs> {
+        let (free_blocks, free_inodes) = self.free_counts()?;
+        let sb = self.sb.lock();
+        let overhead = self.overhead_blocks(&sb);
+        Ok(StatFs {
+            block_size: self.block_size,
+            blocks: (sb.s_blocks_count as u64).saturating_sub(overhead),
+            free_blocks: free_blocks as u64,
+            available: (free_blocks as u64).saturating_sub(sb.s_r_blocks_count as u64),
+            inodes: sb.s_inodes_count as u64,
+            free_inodes: free_inodes as u64,
+            name_max: 255,
+        })
+    }
+
+    /// Blocks taken by static metadata, which statfs leaves out of the total
+    /// as ext3's "minixdf"-less default does.
+    fn overhead_blocks(&self, sb: &Superblock) -> u64 {
+        let per_group = 2 + sb.inode_table_blocks() as u64;
+        let backups = (0..self.groups)
+            .filter(|&g| sb.group_has_super(GroupNo(g)))
+            .count() as u64;
+        sb.s_first_data_block as u64
+            + self.groups as u64 * per_group
+            + backups * (1 + sb.gdt_blocks() as u64 + sb.s_reserved_gdt_blocks as u64)
+    }
+}
+
+/// What statfs reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct StatFs {
+    pub block_size: u32,
+    pub blocks: u64,
+    pub free_blocks: u64,
+    pub available: u64,
+    pub inodes: u64,
+    pub free_inodes: u64,
+    pub name_max: u32,
+}

@@ -1,0 +1,528 @@
+//! Names and inode lifetimes (Linux: fs/ext3/namei.c): create, mkdir,
+//! mknod, symlink, link, unlink, rmdir, rename, and the attribute changes
+//! of setattr.
+//!
+//! Every operation holds the lock of each directory it changes, then the
+//! locks of the inodes it changes, in the order documented in lib.rs.
+
+use super::inode::InodeState;
+use super::{Filesystem, FsError, Result};
+use crate::format::dirent::{self as de};
+use crate::format::inode::{self as fi, Inode, Timestamp};
+use crate::format::superblock::feature;
+use crate::format::InodeNo;
+use crate::journal::Handle;
+
+/// ext3's link count limit (EXT3_LINK_MAX).
+pub const EXT3_LINK_MAX: u16 = 32000;
+
+const NAMEI_CREDITS: u32 = 32;
+
+fn now() -> Timestamp {
+    let (sec, nsec) = crate::util::now();
+    Timestamp { sec, nsec }
+}
+
+/// Who is asking, for new inodes' owners and reserved blocks.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Caller {
+    pub uid: u32,
+    pub gid: u32,
+}
+
+impl Caller {
+    pub fn privileged(&self) -> bool {
+        self.uid == 0
+    }
+}
+
+/// Attribute changes, as setattr gives them.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SetAttr {
+    pub mode: Option<u16>,
+    pub uid: Option<u32>,
+    pub gid: Option<u32>,
+    pub size: Option<u64>,
+    pub atime: Option<Timestamp>,
+    pub mtime: Option<Timestamp>,
+    pub ctime: Option<Timestamp>,
+}
+
+/// rename(2) flags.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RenameFlags {
+    pub noreplace: bool,
+    pub exchange: bool,
+}
+
+impl Filesystem {
+    fn dirent_type(&self, mode: u16) -> u8 {
+        if !self.sb.lock().has_incompat(feature::INCOMPAT_FILETYPE) {
+            return de::EXT2_FT_UNKNOWN;
+        }
+        match mode & fi::S_IFMT {
+            fi::S_IFREG => de::EXT2_FT_REG_FILE,
+            fi::S_IFDIR => de::EXT2_FT_DIR,
+            fi::S_IFCHR => de::EXT2_FT_CHRDEV,
+            fi::S_IFBLK => de::EXT2_FT_BLKDEV,
+            fi::S_IFIFO => de::EXT2_FT_FIFO,
+            fi::S_IFSOCK => de::EXT2_FT_SOCK,
+            fi::S_IFLNK => de::EXT2_FT_SYMLINK,
+            _ => de::EXT2_FT_UNKNOWN,
+        }
+    }
+
+    fn check_writable(&self) -> Result<()> {
+        if self.read_only {
+            Err(FsError::ReadOnly)
+        } else {
+            Ok(())
+        }
+    }
+
+    fn check_name(name: &[u8]) -> Result<()> {
+        if name.is_empty() || name.contains(&b'/') || name.contains(&0) {
+            return Err(FsError::Invalid("bad file name"));
+        }
+        if name.len() > de::EXT2_NAME_LEN {
+            return Err(FsError::NameTooLong);
+        }
+        Ok(())
+    }
+
+    /// Looks `name` up in `parent` and returns the child's number and inode.
+    pub fn lookup(&self, parent: InodeNo, name: &[u8]) -> Result<(InodeNo, Inode)> {
+        if name.len() > de::EXT2_NAME_LEN {
+            return Err(FsError::NameTooLong);
+        }
+        let dir = self.iget(parent)?;
+        let slot = {
+            let mut st = dir.state.write();
+            self.dir_lookup(parent, &mut st, name)?
+        };
+        let slot = slot.ok_or(FsError::NotFound)?;
+        let child = self.iget(slot.ino)?;
+        let disk = child.state.read().disk.clone();
+        Ok((slot.ino, disk))
+    }
+
+    pub fn getattr(&self, ino: InodeNo) -> Result<Inode> {
+        Ok(self.iget(ino)?.state.read().disk.clone())
+    }
+
+    /// A new inode of `mode` owned by the caller, written and installed.
+    fn new_inode(
+        &self,
+        h: &mut Handle<'_>,
+        parent: InodeNo,
+        mode: u16,
+        who: Caller,
+        parent_gid: (u16, u32),
+    ) -> Result<(InodeNo, InodeState)> {
+        let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
+        let ino = self.alloc_inode(h, parent, is_dir)?;
+        let mut disk = self.blank_inode();
+        let t = now();
+        disk.i_mode = mode;
+        disk.i_uid = who.uid;
+        // BSD group semantics when the parent is setgid, as ext3 does.
+        let (parent_mode, gid) = parent_gid;
+        disk.i_gid = if parent_mode & 0o2000 != 0 {
+            gid
+        } else {
+            who.gid
+        };
+        if is_dir && parent_mode & 0o2000 != 0 {
+            disk.i_mode |= 0o2000;
+        }
+        disk.i_atime = t;
+        disk.i_ctime = t;
+        disk.i_mtime = t;
+        disk.i_crtime = t;
+        disk.i_links_count = 1;
+        disk.i_generation = self.next_generation();
+        Ok((
+            ino,
+            InodeState {
+                disk,
+                nlookup: 0,
+                open_count: 0,
+                last_alloc: None,
+                dir_index: None,
+            },
+        ))
+    }
+
+    fn next_generation(&self) -> u32 {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        static GEN: AtomicU32 = AtomicU32::new(0);
+        let seed = crate::util::now().1;
+        GEN.fetch_add(1, Ordering::Relaxed).wrapping_add(seed)
+    }
+
+    /// mknod/create: a regular file, fifo, socket or device node.
+    pub fn mknod(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        mode: u16,
+        rdev: u32,
+        who: Caller,
+    ) -> Result<(InodeNo, Inode)> {
+        self.check_writable()?;
+        Self::check_name(name)?;
+        let kind = mode & fi::S_IFMT;
+        let kind = if kind == 0 { fi::S_IFREG } else { kind };
+        if !matches!(
+            kind,
+            fi::S_IFREG | fi::S_IFIFO | fi::S_IFSOCK | fi::S_IFCHR | fi::S_IFBLK
+        ) {
+            return Err(FsError::Invalid("mknod of this file type"));
+        }
+        self.create_entry(parent, name, kind | (mode & 0o7777), who, |_, _, _, st| {
+            if kind == fi::S_IFCHR || kind == fi::S_IFBLK {
+                st.disk.set_rdev(
+                    libc::major(rdev as libc::dev_t),
+                    libc::minor(rdev as libc::dev_t),
+                );
+            }
+            Ok(())
+        })
+    }
+
+    /// Creates a child of `parent`, letting `init` fill it before it is
+    /// written and linked in.
+    fn create_entry(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        mode: u16,
+        who: Caller,
+        init: impl FnOnce(&Self, &mut Handle<'_>, InodeNo, &mut InodeState) -> Result<()>,
+    ) -> Result<(InodeNo, Inode)> {
+        let dir = self.iget(parent)?;
+        let mut dst = dir.state.write();
+        if !dst.disk.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        if dst.disk.i_links_count == 0 {
+            return Err(FsError::NotFound);
+        }
+        if self.dir_lookup(parent, &mut dst, name)?.is_some() {
+            return Err(FsError::Exists);
+        }
+        let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
+        if is_dir && dst.disk.i_links_count >= EXT3_LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        let mut h = self.journal.start(NAMEI_CREDITS)?;
+        let res = self.create_in(&mut h, parent, &mut dst, name, mode, who, init);
+        let stop = h.stop();
+        let out = res?;
+        stop?;
+        Ok(out)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn create_in(
+        &self,
+        h: &mut Handle<'_>,
+        parent: InodeNo,
+        dst: &mut InodeState,
+        name: &[u8],
+        mode: u16,
+        who: Caller,
+        init: impl FnOnce(&Self, &mut Handle<'_>, InodeNo, &mut InodeState) -> Result<()>,
+    ) -> Result<(InodeNo, Inode)> {
+        let (ino, mut st) =
+            self.new_inode(h, parent, mode, who, (dst.disk.i_mode, dst.disk.i_gid))?;
+        let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
+        let undo = |fs: &Self, h: &mut Handle<'_>, st: &mut InodeState| {
+            let _ = fs.free_blocks_from(h, ino, st, 0);
+            let _ = fs.free_inode(h, ino, is_dir);
+        };
+        if let Err(e) = init(self, h, ino, &mut st) {
+            undo(self, h, &mut st);
+            return Err(e);
+        }
+        if let Err(e) = self.write_inode(h, ino, &st.disk) {
+            undo(self, h, &mut st);
+            return Err(e);
+        }
+        let ft = self.dirent_type(mode);
+        if let Err(e) = self.dir_add(h, parent, dst, name, ino, ft) {
+            undo(self, h, &mut st);
+            return Err(e);
+        }
+        let t = now();
+        dst.disk.i_mtime = t;
+        dst.disk.i_ctime = t;
+        if is_dir {
+            dst.disk.i_links_count += 1;
+        }
+        self.write_inode(h, parent, &dst.disk)?;
+        let disk = st.disk.clone();
+        self.iget_new(ino, st.disk);
+        Ok((ino, disk))
+    }
+
+    pub fn mkdir(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        mode: u16,
+        who: Caller,
+    ) -> Result<(InodeNo, Inode)> {
+        self.check_writable()?;
+        Self::check_name(name)?;
+        let mode = fi::S_IFDIR | (mode & 0o7777);
+        self.create_entry(parent, name, mode, who, |fs, h, ino, st| {
+            st.disk.i_links_count = 2;
+            fs.init_dir_block(h, ino, st, parent, who)
+        })
+    }
+
+    /// Gives a new directory its first block, holding "." and "..".
+    fn init_dir_block(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        st: &mut InodeState,
+        parent: InodeNo,
+        who: Caller,
+    ) -> Result<()> {
+        let m = self.get_blocks(h, ino, st, 0, 1, who.privileged())?;
+        let b = m.physical.ok_or(FsError::NoSpace)?;
+        let block = de::new_dir_block(self.block_size as usize, ino, parent)
+            .map_err(|e| crate::format::Corruption::new(crate::format::Location::Inode(ino), e))?;
+        let buf = self.cache.get_new(b)?;
+        h.get_write_access(&buf)?;
+        buf.write().copy_from_slice(&block);
+        h.dirty_metadata(&buf)?;
+        st.disk.i_size = self.block_size as u64;
+        Ok(())
+    }
+}
+
+impl Filesystem {
+    pub fn symlink(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        target: &[u8],
+        who: Caller,
+    ) -> Result<(InodeNo, Inode)> {
+        self.check_writable()?;
+        Self::check_name(name)?;
+        if target.is_empty() || target.len() >= self.block_size as usize {
+            return Err(FsError::NameTooLong);
+        }
+        self.create_entry(parent, name, fi::S_IFLNK | 0o777, who, |fs, h, ino, st| {
+            st.disk.i_size = target.len() as u64;
+            if target.len() < fi::EXT2_FAST_SYMLINK_MAX {
+                st.disk.set_i_block_bytes(target);
+                return Ok(());
+            }
+            let m = fs.get_blocks(h, ino, st, 0, 1, who.privileged())?;
+            let b = m.physical.ok_or(FsError::NoSpace)?;
+            let mut block = vec![0u8; fs.block_size as usize];
+            block[..target.len()].copy_from_slice(target);
+            let buf = fs.cache.get_new(b)?;
+            h.get_write_access(&buf)?;
+            buf.write().copy_from_slice(&block);
+            h.dirty_metadata(&buf)?;
+            Ok(())
+        })
+    }
+
+    pub fn readlink(&self, ino: InodeNo) -> Result<Vec<u8>> {
+        let inode = self.iget(ino)?;
+        let st = inode.state.read();
+        if !st.disk.is_symlink() {
+            return Err(FsError::Invalid("not a symlink"));
+        }
+        let len = st.disk.i_size as usize;
+        if st.disk.is_fast_symlink(self.block_size) {
+            return Ok(st.disk.i_block_bytes()[..len.min(fi::EXT2_FAST_SYMLINK_MAX)].to_vec());
+        }
+        if len >= self.block_size as usize {
+            return Err(FsError::CorruptInode(
+                ino,
+                "symlink longer than a block".into(),
+            ));
+        }
+        let buf = self.dir_block(ino, &st, 0)?;
+        let data = buf.read();
+        Ok(data[..len].to_vec())
+    }
+
+    pub fn link(&self, ino: InodeNo, parent: InodeNo, name: &[u8]) -> Result<Inode> {
+        self.check_writable()?;
+        Self::check_name(name)?;
+        if ino == parent {
+            return Err(FsError::NotPermitted);
+        }
+        let dir = self.iget(parent)?;
+        let child = self.iget(ino)?;
+        let mut dst = dir.state.write();
+        if !dst.disk.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        let mut st = child.state.write();
+        if st.disk.is_dir() {
+            return Err(FsError::NotPermitted);
+        }
+        if st.disk.i_links_count >= EXT3_LINK_MAX {
+            return Err(FsError::TooManyLinks);
+        }
+        if st.disk.i_links_count == 0 {
+            return Err(FsError::NotFound);
+        }
+        let mut h = self.journal.start(NAMEI_CREDITS)?;
+        let ft = self.dirent_type(st.disk.i_mode);
+        let res = self
+            .dir_add(&mut h, parent, &mut dst, name, ino, ft)
+            .and_then(|()| {
+                let t = now();
+                st.disk.i_links_count += 1;
+                st.disk.i_ctime = t;
+                dst.disk.i_mtime = t;
+                dst.disk.i_ctime = t;
+                self.write_inode(&mut h, ino, &st.disk)?;
+                self.write_inode(&mut h, parent, &dst.disk)
+            });
+        let stop = h.stop();
+        res?;
+        stop?;
+        Ok(st.disk.clone())
+    }
+
+    pub fn unlink(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
+        self.remove_name(parent, name, false)
+    }
+
+    pub fn rmdir(&self, parent: InodeNo, name: &[u8]) -> Result<()> {
+        if name == b"." {
+            return Err(FsError::Invalid("rmdir of ."));
+        }
+        if name == b".." {
+            return Err(FsError::NotEmpty);
+        }
+        self.remove_name(parent, name, true)
+    }
+
+    fn remove_name(&self, parent: InodeNo, name: &[u8], want_dir: bool) -> Result<()> {
+        self.check_writable()?;
+        let dir = self.iget(parent)?;
+        let mut dst = dir.state.write();
+        let slot = self
+            .dir_lookup(parent, &mut dst, name)?
+            .ok_or(FsError::NotFound)?;
+        if slot.ino == parent {
+            return Err(FsError::Invalid("removing a directory's own entry"));
+        }
+        let child = self.iget(slot.ino)?;
+        let mut st = child.state.write();
+        match (want_dir, st.disk.is_dir()) {
+            (true, false) => return Err(FsError::NotDir),
+            (false, true) => return Err(FsError::IsDir),
+            (true, true) if !self.dir_is_empty(slot.ino, &mut st)? => {
+                return Err(FsError::NotEmpty)
+            }
+            _ => {}
+        }
+        let mut h = self.journal.start(NAMEI_CREDITS)?;
+        let res = self.unlink_locked(&mut h, parent, &mut dst, name, slot.ino, &mut st);
+        let stop = h.stop();
+        let free_now = res?;
+        stop?;
+        drop(st);
+        drop(dst);
+        if free_now {
+            self.release_inode_if_unused(&child)?;
+        }
+        Ok(())
+    }
+
+    /// Removes `name` from `dir` and drops a link from `child`; returns
+    /// whether the child has no links left.
+    fn unlink_locked(
+        &self,
+        h: &mut Handle<'_>,
+        dir: InodeNo,
+        dst: &mut InodeState,
+        name: &[u8],
+        ino: InodeNo,
+        st: &mut InodeState,
+    ) -> Result<bool> {
+        self.dir_remove(h, dir, dst, name)?;
+        let t = now();
+        dst.disk.i_mtime = t;
+        dst.disk.i_ctime = t;
+        if st.disk.is_dir() {
+            dst.disk.i_links_count = dst.disk.i_links_count.saturating_sub(1);
+            st.disk.i_links_count = 0;
+        } else {
+            st.disk.i_links_count = st.disk.i_links_count.saturating_sub(1);
+        }
+        st.disk.i_ctime = t;
+        let gone = st.disk.i_links_count == 0;
+        if gone {
+            self.orphan_add(h, ino, st)?;
+        }
+        self.write_inode(h, ino, &st.disk)?;
+        self.write_inode(h, dir, &dst.disk)?;
+        Ok(gone)
+    }
+
+    /// setattr: mode, owner, size and times.
+    pub fn setattr(&self, ino: InodeNo, attr: &SetAttr, who: Caller) -> Result<Inode> {
+        self.check_writable()?;
+        let inode = self.iget(ino)?;
+        let mut st = inode.state.write();
+        let mut h = self.journal.start(NAMEI_CREDITS)?;
+        let res = self.setattr_locked(&mut h, ino, &mut st, attr, who);
+        let stop = h.stop();
+        res?;
+        stop?;
+        Ok(st.disk.clone())
+    }
+
+    fn setattr_locked(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        st: &mut InodeState,
+        a: &SetAttr,
+        _who: Caller,
+    ) -> Result<()> {
+        let t = now();
+        if let Some(size) = a.size {
+            if st.disk.is_dir() {
+                return Err(FsError::IsDir);
+            }
+            if !st.disk.is_reg() {
+                return Err(FsError::Invalid("truncate of a special file"));
+            }
+            self.set_size(h, ino, st, size)?;
+            st.disk.i_mtime = t;
+        }
+        if let Some(mode) = a.mode {
+            st.disk.i_mode = (st.disk.i_mode & fi::S_IFMT) | (mode & 0o7777);
+        }
+        if let Some(uid) = a.uid {
+            st.disk.i_uid = uid;
+        }
+        if let Some(gid) = a.gid {
+            st.disk.i_gid = gid;
+        }
+        if let Some(at) = a.atime {
+            st.disk.i_atime = at;
+        }
+        if let Some(mt) = a.mtime {
+            st.disk.i_mtime = mt;
+        }
+        st.disk.i_ctime = a.ctime.unwrap_or(t);
+        self.write_inode(h, ino, &st.disk)
+    }
+}

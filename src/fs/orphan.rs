@@ -1,0 +1,187 @@
+//! The orphan list (Linux: ext3_orphan_add/del and ext3_orphan_cleanup):
+//! inodes with no links that are still open. On disk they form a chain from
+//! `s_last_orphan` through each inode's `i_dtime`, so that a crash frees
+//! them at the next mount; in memory the chain is a list, oldest first.
+
+use std::sync::Arc;
+
+use super::inode::{InodeRef, InodeState};
+use super::{Filesystem, Result};
+use crate::format::InodeNo;
+use crate::journal::Handle;
+
+const ORPHAN_CREDITS: u32 = 8;
+
+impl Filesystem {
+    /// Puts `ino` (whose lock the caller holds) at the head of the chain.
+    pub(crate) fn orphan_add(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        st: &mut InodeState,
+    ) -> Result<()> {
+        let mut list = self.orphans.lock();
+        if list.contains(&ino) {
+            return Ok(());
+        }
+        let head = self.sb.lock().s_last_orphan;
+        st.disk.i_dtime = head;
+        self.sb.lock().s_last_orphan = ino.0;
+        list.push(ino);
+        drop(list);
+        self.write_superblock(h)
+    }
+
+    /// Takes `ino` out of the chain. The inode that points at it (the one
+    /// added after it) is locked, which is safe: that lock is only ever
+    /// taken while holding an older orphan's, never the other way.
+    fn orphan_del(&self, h: &mut Handle<'_>, ino: InodeNo, st: &mut InodeState) -> Result<()> {
+        loop {
+            let (pointer, next) = {
+                let list = self.orphans.lock();
+                let Some(pos) = list.iter().position(|&i| i == ino) else {
+                    return Ok(());
+                };
+                (list.get(pos + 1).copied(), st.disk.i_dtime)
+            };
+            let Some(p) = pointer else {
+                let mut list = self.orphans.lock();
+                if list.last() != Some(&ino) {
+                    continue;
+                }
+                list.pop();
+                self.sb.lock().s_last_orphan = next;
+                drop(list);
+                return self.write_superblock(h);
+            };
+            let pref = self.iget(p)?;
+            let mut pst = pref.state.write();
+            let mut list = self.orphans.lock();
+            let pos = list.iter().position(|&i| i == ino);
+            if pos.and_then(|i| list.get(i + 1)) != Some(&p) {
+                continue;
+            }
+            pst.disk.i_dtime = next;
+            list.retain(|&i| i != ino);
+            drop(list);
+            return self.write_inode(h, p, &pst.disk);
+        }
+    }
+
+    /// Frees an inode with no links once nothing holds it open.
+    pub(crate) fn release_inode_if_unused(&self, inode: &Arc<InodeRef>) -> Result<()> {
+        let mut st = inode.state.write();
+        if st.disk.i_links_count != 0 || st.open_count != 0 || st.disk.i_mode == 0 {
+            return Ok(());
+        }
+        let mut h = self.journal.start(ORPHAN_CREDITS)?;
+        let res = self.delete_inode(&mut h, inode.ino, &mut st);
+        let stop = h.stop();
+        res?;
+        stop?;
+        drop(st);
+        self.inodes.evict(inode.ino);
+        Ok(())
+    }
+
+    /// ext3_delete_inode: free the blocks and the inode, leave `i_dtime`.
+    fn delete_inode(&self, h: &mut Handle<'_>, ino: InodeNo, st: &mut InodeState) -> Result<()> {
+        self.orphan_del(h, ino, st)?;
+        let is_dir = st.disk.is_dir();
+        let keeps_blocks = st.disk.is_fast_symlink(self.block_size) || st.disk.is_device();
+        if !keeps_blocks {
+            self.free_blocks_from(h, ino, st, 0)?;
+        }
+        if st.disk.i_file_acl != 0 {
+            self.xattr_release_block(h, ino, st)?;
+        }
+        st.disk.i_size = 0;
+        st.disk.i_dtime = crate::util::now().0 as u32;
+        self.write_inode(h, ino, &st.disk)?;
+        self.free_inode(h, ino, is_dir)
+    }
+
+    /// open(2) holds the inode alive past its last unlink.
+    pub fn open(&self, ino: InodeNo) -> Result<()> {
+        let inode = self.iget(ino)?;
+        inode.state.write().open_count += 1;
+        Ok(())
+    }
+
+    /// The last close of an unlinked file frees it.
+    pub fn release(&self, ino: InodeNo) -> Result<()> {
+        let inode = self.iget(ino)?;
+        {
+            let mut st = inode.state.write();
+            st.open_count = st.open_count.saturating_sub(1);
+        }
+        self.release_inode_if_unused(&inode)
+    }
+
+    /// The kernel forgets `n` lookups of `ino`.
+    pub fn forget(&self, ino: InodeNo, n: u64) {
+        let Some(inode) = self.inodes.get(ino) else {
+            return;
+        };
+        {
+            let mut st = inode.state.write();
+            st.nlookup = st.nlookup.saturating_sub(n);
+        }
+        drop(inode);
+        self.inodes.evict(ino);
+    }
+
+    /// Counts a lookup the kernel now holds.
+    pub fn remember(&self, ino: InodeNo) {
+        if let Ok(inode) = self.iget(ino) {
+            inode.state.write().nlookup += 1;
+        }
+    }
+
+    /// Frees what a crash left on the orphan chain, at mount.
+    pub(crate) fn orphan_cleanup(&self) -> Result<usize> {
+        let mut next = self.sb.lock().s_last_orphan;
+        let limit = self.sb.lock().s_inodes_count;
+        let mut chain = Vec::new();
+        while next != 0 && chain.len() < limit as usize {
+            if next > limit || chain.contains(&InodeNo(next)) {
+                tracing::error!(inode = next, "orphan chain is corrupt; stopping cleanup");
+                break;
+            }
+            chain.push(InodeNo(next));
+            next = self.iget(InodeNo(next))?.state.read().disk.i_dtime;
+        }
+        let count = chain.len();
+        // Oldest first in memory, as orphan_add builds it.
+        chain.reverse();
+        *self.orphans.lock() = chain.clone();
+        for ino in chain.into_iter().rev() {
+            let inode = self.iget(ino)?;
+            if inode.state.read().disk.i_links_count == 0 {
+                self.release_inode_if_unused(&inode)?;
+            } else {
+                self.orphan_truncate(&inode)?;
+            }
+        }
+        Ok(count)
+    }
+
+    /// An orphan that still has links was mid-truncate: finish it.
+    fn orphan_truncate(&self, inode: &Arc<InodeRef>) -> Result<()> {
+        let mut st = inode.state.write();
+        let mut h = self.journal.start(ORPHAN_CREDITS)?;
+        let size = st.disk.i_size;
+        let bs = self.block_size as u64;
+        let res = self
+            .free_blocks_from(&mut h, inode.ino, &mut st, size.div_ceil(bs))
+            .and_then(|()| self.orphan_del(&mut h, inode.ino, &mut st))
+            .and_then(|()| {
+                st.disk.i_dtime = 0;
+                self.write_inode(&mut h, inode.ino, &st.disk)
+            });
+        let stop = h.stop();
+        res?;
+        stop?;
+        Ok(())
+    }
+}

@@ -1,0 +1,131 @@
+//! Truncation (Linux: ext3_truncate): free every block at or past a logical
+//! block, pruning pointer blocks that become empty.
+
+use super::bmap::EXT3_NDIR_BLOCKS;
+use super::inode::InodeState;
+use super::{Filesystem, Result};
+use crate::format::{BlockNo, InodeNo};
+use crate::journal::Handle;
+
+/// Blocks to free, gathered into runs so each run is one bitmap update.
+#[derive(Default)]
+struct FreeList {
+    runs: Vec<(u32, u32)>,
+    total: u64,
+}
+
+impl FreeList {
+    fn push(&mut self, b: u32) {
+        self.total += 1;
+        match self.runs.last_mut() {
+            Some((s, n)) if *s + *n == b => *n += 1,
+            _ => self.runs.push((b, 1)),
+        }
+    }
+}
+
+impl Filesystem {
+    /// Frees the blocks of `st` from logical block `start` on, and updates
+    /// `i_block` and `i_blocks`; the caller writes the inode.
+    pub(crate) fn free_blocks_from(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        st: &mut InodeState,
+        start: u64,
+    ) -> Result<()> {
+        let mut list = FreeList::default();
+        for i in 0..EXT3_NDIR_BLOCKS as usize {
+            if i as u64 >= start && st.disk.i_block[i] != 0 {
+                list.push(st.disk.i_block[i]);
+                st.disk.i_block[i] = 0;
+            }
+        }
+        let p = (self.block_size / 4) as u64;
+        let mut base = EXT3_NDIR_BLOCKS as u64;
+        for (slot, depth) in [(12usize, 1u32), (13, 2), (14, 3)] {
+            let span = p.pow(depth);
+            let root = st.disk.i_block[slot];
+            if root != 0 && start < base + span {
+                let first = start.saturating_sub(base);
+                if self.free_tree(h, ino, root, depth, first, &mut list)? {
+                    st.disk.i_block[slot] = 0;
+                }
+            }
+            base += span;
+        }
+        for &(s, n) in &list.runs {
+            self.free_blocks(h, BlockNo(s), n)?;
+        }
+        let sectors = (self.block_size / 512) as u64;
+        st.disk.i_blocks = st.disk.i_blocks.saturating_sub(list.total * sectors);
+        st.last_alloc = None;
+        Ok(())
+    }
+
+    /// Frees what lies at or past `first` (relative to the subtree) under
+    /// the pointer block `block` of `depth`; returns whether the block
+    /// itself became empty and was freed.
+    fn free_tree(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        block: u32,
+        depth: u32,
+        first: u64,
+        list: &mut FreeList,
+    ) -> Result<bool> {
+        let b = match self.check_block_ptr(ino, block) {
+            Ok(b) => b,
+            // A corrupt pointer is dropped rather than followed.
+            Err(_) => return Ok(true),
+        };
+        let buf = self.cache.get(b)?;
+        let p = (self.block_size / 4) as u64;
+        let child_span = p.pow(depth - 1);
+        let ptrs: Vec<u32> = buf
+            .read()
+            .chunks_exact(4)
+            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
+            .collect();
+        let mut cleared = vec![false; ptrs.len()];
+        for (i, &ptr) in ptrs.iter().enumerate() {
+            let child_base = i as u64 * child_span;
+            if ptr == 0 || child_base + child_span <= first {
+                continue;
+            }
+            let gone = if depth == 1 {
+                list.push(ptr);
+                true
+            } else {
+                self.free_tree(
+                    h,
+                    ino,
+                    ptr,
+                    depth - 1,
+                    first.saturating_sub(child_base),
+                    list,
+                )?
+            };
+            cleared[i] = gone;
+        }
+        let keep = ptrs
+            .iter()
+            .enumerate()
+            .any(|(i, &ptr)| ptr != 0 && !cleared[i]);
+        if !keep {
+            list.push(block);
+            return Ok(true);
+        }
+        if cleared.iter().any(|&c| c) {
+            h.get_write_access(&buf)?;
+            let mut data = buf.write();
+            for (i, _) in cleared.iter().enumerate().filter(|(_, &c)| c) {
+                data[i * 4..i * 4 + 4].fill(0);
+            }
+            drop(data);
+            h.dirty_metadata(&buf)?;
+        }
+        Ok(false)
+    }
+}

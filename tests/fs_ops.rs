@@ -1,0 +1,145 @@
+//! The filesystem layer in-process, on image files checked by e2fsck.
+
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::Arc;
+
+use jbdfs::device::{FileDevice, OpenOptions};
+use jbdfs::format::InodeNo;
+use jbdfs::fs::namei::{Caller, SetAttr};
+use jbdfs::fs::{Filesystem, FsError, MountConfig};
+use jbdfs::mkfs::{make_filesystem, MkfsOptions, Request};
+
+const ROOT: InodeNo = InodeNo(2);
+const ME: Caller = Caller { uid: 0, gid: 0 };
+
+struct Image(PathBuf);
+
+impl Drop for Image {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
+    }
+}
+
+fn image(size: u64, block_size: u32) -> Image {
+    let dir = if std::path::Path::new("/dev/shm").is_dir() {
+        PathBuf::from("/dev/shm")
+    } else {
+        std::env::temp_dir()
+    };
+    let path = dir.join(format!(
+        "jbdfs-fsops-{}-{}.img",
+        std::process::id(),
+        jbdfs::util::unique_suffix()
+    ));
+    let req = Request {
+        options: MkfsOptions {
+            block_size: Some(block_size),
+            ..Default::default()
+        },
+        size: Some(size),
+        quiet: true,
+        ..Default::default()
+    };
+    make_filesystem(&path, &req).unwrap();
+    Image(path)
+}
+
+fn mount(img: &Image) -> Arc<Filesystem> {
+    let dev = FileDevice::open(&img.0, OpenOptions::default()).unwrap();
+    Filesystem::mount(Arc::new(dev), &MountConfig::default()).unwrap()
+}
+
+fn e2fsck_clean(img: &Image) {
+    let out = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(&img.0)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "e2fsck -fn failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn pattern(len: usize, seed: u8) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+        .collect()
+}
+
+#[test]
+fn create_write_read_unlink_is_clean() {
+    for bs in [1024, 4096] {
+        let img = image(64 << 20, bs);
+        let fs = mount(&img);
+        let (f, _) = fs.mknod(ROOT, b"file", 0o100644, 0, ME).unwrap();
+        let data = pattern(3 << 20, 7);
+        fs.write(f, 0, &data, true).unwrap();
+        assert_eq!(fs.read(f, 0, data.len() as u32).unwrap(), data);
+        // Partial overwrite across a block edge keeps the rest.
+        fs.write(f, bs as u64 - 3, b"abcdef", true).unwrap();
+        let back = fs.read(f, bs as u64 - 5, 10).unwrap();
+        assert_eq!(&back[2..8], b"abcdef");
+        assert_eq!(back[0..2], data[bs as usize - 5..bs as usize - 3]);
+        let (d, _) = fs.mkdir(ROOT, b"dir", 0o755, ME).unwrap();
+        for i in 0..300 {
+            fs.mknod(d, format!("n{i}").as_bytes(), 0o100600, 0, ME)
+                .unwrap();
+        }
+        for i in (0..300).step_by(2) {
+            fs.unlink(d, format!("n{i}").as_bytes()).unwrap();
+        }
+        assert!(matches!(fs.rmdir(ROOT, b"dir"), Err(FsError::NotEmpty)));
+        fs.symlink(ROOT, b"fast", b"/short/target", ME).unwrap();
+        let long = vec![b'x'; 200];
+        let (sl, _) = fs.symlink(ROOT, b"slow", &long, ME).unwrap();
+        assert_eq!(fs.readlink(sl).unwrap(), long);
+        fs.link(f, d, b"hardlink").unwrap();
+        fs.mknod(ROOT, b"fifo", 0o010644, 0, ME).unwrap();
+        fs.mknod(ROOT, b"chr", 0o020644, libc::makedev(1, 3) as u32, ME)
+            .unwrap();
+        let (big, _) = fs.mknod(ROOT, b"sparse", 0o100644, 0, ME).unwrap();
+        fs.write(big, 300 << 20, b"end", true).unwrap();
+        assert_eq!(fs.read(big, 1 << 20, 4).unwrap(), vec![0; 4]);
+        let attr = SetAttr {
+            size: Some(5000),
+            ..Default::default()
+        };
+        fs.setattr(f, &attr, ME).unwrap();
+        assert_eq!(fs.getattr(f).unwrap().i_size, 5000);
+        fs.unmount().unwrap();
+        drop(fs);
+        e2fsck_clean(&img);
+        let fs = mount(&img);
+        let (again, inode) = fs.lookup(ROOT, b"file").unwrap();
+        assert_eq!(again, f);
+        assert_eq!(inode.i_links_count, 2);
+        assert_eq!(fs.read(f, 0, 100).unwrap(), data[..100].to_vec());
+        fs.unlink(ROOT, b"sparse").unwrap();
+        fs.unlink(d, b"hardlink").unwrap();
+        fs.unmount().unwrap();
+        drop(fs);
+        e2fsck_clean(&img);
+    }
+}
+
+#[test]
+fn open_unlinked_file_lives_until_release() {
+    let img = image(32 << 20, 4096);
+    let fs = mount(&img);
+    let (f, _) = fs.mknod(ROOT, b"tmp", 0o100644, 0, ME).unwrap();
+    fs.open(f).unwrap();
+    fs.write(f, 0, &pattern(100_000, 1), true).unwrap();
+    fs.unlink(ROOT, b"tmp").unwrap();
+    assert!(fs.lookup(ROOT, b"tmp").is_err());
+    assert_eq!(fs.read(f, 0, 10).unwrap(), pattern(10, 1));
+    let free_before = fs.statfs().unwrap().free_blocks;
+    fs.release(f).unwrap();
+    assert!(fs.statfs().unwrap().free_blocks > free_before);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+}
