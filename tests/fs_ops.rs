@@ -143,3 +143,61 @@ fn open_unlinked_file_lives_until_release() {
     drop(fs);
     e2fsck_clean(&img);
 }
+
+#[test]
+fn renames_keep_the_tree_consistent() {
+    use jbdfs::fs::namei::RenameFlags;
+    let img = image(32 << 20, 1024);
+    let fs = mount(&img);
+    let (a, _) = fs.mkdir(ROOT, b"a", 0o755, ME).unwrap();
+    let (b, _) = fs.mkdir(ROOT, b"b", 0o755, ME).unwrap();
+    let (sub, _) = fs.mkdir(a, b"sub", 0o755, ME).unwrap();
+    let (f, _) = fs.mknod(a, b"f", 0o100644, 0, ME).unwrap();
+    let (g, _) = fs.mknod(b, b"g", 0o100644, 0, ME).unwrap();
+    fs.write(g, 0, b"gdata", true).unwrap();
+    // Same directory, then across directories, then over an existing file.
+    fs.rename(a, b"f", a, b"f2", RenameFlags::default())
+        .unwrap();
+    fs.rename(a, b"f2", b, b"f3", RenameFlags::default())
+        .unwrap();
+    fs.rename(b, b"f3", b, b"g", RenameFlags::default())
+        .unwrap();
+    assert_eq!(fs.lookup(b, b"g").unwrap().0, f);
+    // A directory moves with its ".." fixed and link counts moved.
+    fs.rename(a, b"sub", b, b"sub", RenameFlags::default())
+        .unwrap();
+    assert_eq!(fs.lookup(sub, b"..").unwrap().0, b);
+    assert_eq!(fs.getattr(a).unwrap().i_links_count, 2);
+    assert_eq!(fs.getattr(b).unwrap().i_links_count, 3);
+    // Into its own subtree is refused.
+    assert!(matches!(
+        fs.rename(b, b"sub", sub, b"x", RenameFlags::default()),
+        Err(FsError::Invalid(_))
+    ));
+    // NOREPLACE and EXCHANGE.
+    let (h, _) = fs.mknod(a, b"h", 0o100644, 0, ME).unwrap();
+    let noreplace = RenameFlags {
+        noreplace: true,
+        ..Default::default()
+    };
+    assert!(matches!(
+        fs.rename(a, b"h", b, b"g", noreplace),
+        Err(FsError::Exists)
+    ));
+    let exchange = RenameFlags {
+        exchange: true,
+        ..Default::default()
+    };
+    fs.rename(a, b"h", b, b"sub", exchange).unwrap();
+    assert_eq!(fs.lookup(a, b"h").unwrap().0, sub);
+    assert_eq!(fs.lookup(b, b"sub").unwrap().0, h);
+    assert_eq!(fs.lookup(sub, b"..").unwrap().0, a);
+    // Over an empty directory.
+    let (e, _) = fs.mkdir(b, b"empty", 0o755, ME).unwrap();
+    let _ = e;
+    fs.rename(a, b"h", b, b"empty", RenameFlags::default())
+        .unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+}

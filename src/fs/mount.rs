@@ -52,6 +52,8 @@ pub struct Filesystem {
     pub(crate) free_inodes: AtomicI64,
     /// The orphan chain in memory, oldest first (see orphan.rs).
     pub(crate) orphans: Mutex<Vec<crate::format::InodeNo>>,
+    /// Serialises renames across directories (see rename.rs).
+    pub(crate) rename_lock: Mutex<()>,
 }
 
 /// Reads and validates the primary superblock.
@@ -182,6 +184,7 @@ impl Filesystem {
             free_blocks: AtomicI64::new(free_blocks),
             free_inodes: AtomicI64::new(free_inodes),
             orphans: Mutex::new(Vec::new()),
+            rename_lock: Mutex::new(()),
         });
         if !read_only {
             fs.mark_mounted()?;
