@@ -17,6 +17,7 @@ pub mod device;
 pub mod format;
 pub mod fs;
 pub mod fsck;
+pub mod fuse;
 pub mod journal;
 pub mod mkfs;
 pub mod util;

@@ -197,3 +197,83 @@ impl Filesystem {
         Ok(())
     }
 }
+
+impl Filesystem {
+    /// fsync and fdatasync: everything written so far is durable on return.
+    pub fn fsync(&self, _ino: InodeNo, _datasync: bool) -> Result<()> {
+        if self.read_only {
+            return Ok(());
+        }
+        self.journal.force_commit()?;
+        Ok(())
+    }
+
+    /// fallocate modes 0 and KEEP_SIZE. ext3 has no unwritten extents, so
+    /// the holes in the range are allocated and zeroed, as
+    /// posix_fallocate's fallback would do.
+    pub fn fallocate(
+        &self,
+        ino: InodeNo,
+        offset: u64,
+        len: u64,
+        keep_size: bool,
+        privileged: bool,
+    ) -> Result<()> {
+        if self.read_only {
+            return Err(FsError::ReadOnly);
+        }
+        let end = offset.checked_add(len).ok_or(FsError::FileTooBig)?;
+        if len == 0 {
+            return Err(FsError::Invalid("zero-length fallocate"));
+        }
+        if end > self.max_file_size() {
+            return Err(FsError::FileTooBig);
+        }
+        let inode = self.iget(ino)?;
+        let mut st = inode.state.write();
+        if !st.disk.is_reg() {
+            return Err(FsError::Invalid("fallocate of a non-regular file"));
+        }
+        let bs = self.block_size as u64;
+        let mut logical = offset / bs;
+        let last = (end - 1) / bs;
+        let mut h = self.journal.start(WRITE_CREDITS)?;
+        let mut res = Ok(());
+        while logical <= last && res.is_ok() {
+            let want = (last - logical + 1).min(u32::MAX as u64) as u32;
+            res = self
+                .fill_hole(&mut h, ino, &mut st, logical as u32, want, privileged)
+                .map(|n| logical += n as u64);
+        }
+        if res.is_ok() && !keep_size && end > st.disk.i_size {
+            st.disk.i_size = end;
+        }
+        st.disk.i_ctime = now();
+        let wrote = self.write_inode(&mut h, ino, &st.disk);
+        h.stop()?;
+        res?;
+        wrote
+    }
+
+    /// Allocates and zeroes the blocks of a hole at `logical`, or skips
+    /// mapped blocks; returns how many blocks were passed over.
+    fn fill_hole(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        st: &mut InodeState,
+        logical: u32,
+        want: u32,
+        privileged: bool,
+    ) -> Result<u32> {
+        let m = self.get_blocks(h, ino, st, logical, want, privileged)?;
+        if m.new {
+            if let Some(p) = m.physical {
+                let bs = self.block_size as u64;
+                let zeros = vec![0u8; (m.count as u64 * bs) as usize];
+                self.dev.write_at(&zeros, p.0 as u64 * bs)?;
+            }
+        }
+        Ok(m.count)
+    }
+}

@@ -1,0 +1,585 @@
+//! The FUSE adapter: the only code that knows fuser. It converts types,
+//! maps [`FsError`] to errno in one place ([`errno`]), opens a tracing span
+//! per request, and calls into [`crate::fs`]; it holds no filesystem logic.
+
+mod attr;
+
+use std::ffi::OsStr;
+use std::os::unix::ffi::OsStrExt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use fuser::{
+    AccessFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
+    LockOwner, OpenFlags, RenameFlags as FuseRename, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
+};
+
+use crate::format::inode::Inode;
+use crate::format::InodeNo;
+use crate::fs::namei::{Caller, RenameFlags, SetAttr};
+use crate::fs::{Filesystem, FsError};
+
+pub use attr::file_attr;
+
+/// How long the kernel may cache entries and attributes. Every change goes
+/// through this daemon, so the cache can only be stale for changes made
+/// behind the mount's back, which ext3 does not allow either.
+const TTL: Duration = Duration::from_secs(1);
+
+/// Writes the kernel may send in one request.
+pub const MAX_WRITE: u32 = 1 << 20;
+
+/// The errno for an error: the one place where errors become numbers.
+pub fn errno(e: &FsError) -> Errno {
+    if let FsError::Corrupt(_) | FsError::CorruptInode(..) | FsError::Io(_) = e {
+        tracing::error!("{e}");
+    }
+    Errno::from_i32(e.errno())
+}
+
+/// ext3's root is inode 2; FUSE's is 1.
+fn to_ext3(ino: INodeNo) -> InodeNo {
+    if ino.0 == 1 {
+        InodeNo(2)
+    } else {
+        InodeNo(ino.0.min(u32::MAX as u64) as u32)
+    }
+}
+
+fn to_fuse(ino: InodeNo) -> INodeNo {
+    if ino.0 == 2 {
+        INodeNo(1)
+    } else {
+        INodeNo(ino.0 as u64)
+    }
+}
+
+fn caller(req: &Request) -> Caller {
+    Caller {
+        uid: req.uid(),
+        gid: req.gid(),
+    }
+}
+
+fn time(t: TimeOrNow) -> crate::format::inode::Timestamp {
+    let st = match t {
+        TimeOrNow::SpecificTime(s) => s,
+        TimeOrNow::Now => std::time::SystemTime::now(),
+    };
+    attr::to_timestamp(st)
+}
+
+/// The FUSE face of a mounted filesystem.
+pub struct JbdFuse {
+    fs: Arc<Filesystem>,
+}
+
+impl JbdFuse {
+    pub fn new(fs: Arc<Filesystem>) -> Self {
+        JbdFuse { fs }
+    }
+
+    fn attr(&self, ino: InodeNo, inode: &Inode) -> fuser::FileAttr {
+        file_attr(to_fuse(ino), inode, self.fs.block_size())
+    }
+
+    fn reply_entry(&self, reply: ReplyEntry, res: Result<(InodeNo, Inode), FsError>) {
+        match res {
+            Ok((ino, inode)) => {
+                self.fs.remember(ino);
+                let attr = self.attr(ino, &inode);
+                reply.entry(&TTL, &attr, Generation(inode.i_generation as u64));
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+}
+
+fn empty(reply: ReplyEmpty, res: Result<(), FsError>) {
+    match res {
+        Ok(()) => reply.ok(),
+        Err(e) => reply.error(errno(&e)),
+    }
+}
+
+impl fuser::Filesystem for JbdFuse {
+    fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
+        let wanted = InitFlags::FUSE_ASYNC_READ
+            | InitFlags::FUSE_BIG_WRITES
+            | InitFlags::FUSE_WRITEBACK_CACHE
+            | InitFlags::FUSE_PARALLEL_DIROPS
+            | InitFlags::FUSE_DO_READDIRPLUS
+            | InitFlags::FUSE_READDIRPLUS_AUTO
+            | InitFlags::FUSE_MAX_PAGES;
+        let offered = config.capabilities();
+        let _ = config.add_capabilities(wanted & offered);
+        let _ = config.set_max_write(MAX_WRITE);
+        let _ = config.set_max_readahead(MAX_WRITE);
+        tracing::info!(capabilities = ?(wanted & offered), "FUSE session initialised");
+        Ok(())
+    }
+
+    fn destroy(&mut self) {
+        if let Err(e) = self.fs.unmount() {
+            tracing::error!("unmount failed: {e}");
+        }
+    }
+
+    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+        let _s = tracing::debug_span!("lookup", parent = parent.0, ?name).entered();
+        self.reply_entry(reply, self.fs.lookup(to_ext3(parent), name.as_bytes()));
+    }
+
+    fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
+        self.fs.forget(to_ext3(ino), nlookup);
+    }
+
+    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
+        let _s = tracing::debug_span!("getattr", ino = ino.0).entered();
+        let ext = to_ext3(ino);
+        match self.fs.getattr(ext) {
+            Ok(inode) => reply.attr(&TTL, &self.attr(ext, &inode)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setattr(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        mode: Option<u32>,
+        uid: Option<u32>,
+        gid: Option<u32>,
+        size: Option<u64>,
+        atime: Option<TimeOrNow>,
+        mtime: Option<TimeOrNow>,
+        ctime: Option<std::time::SystemTime>,
+        _fh: Option<FileHandle>,
+        _crtime: Option<std::time::SystemTime>,
+        _chgtime: Option<std::time::SystemTime>,
+        _bkuptime: Option<std::time::SystemTime>,
+        _flags: Option<fuser::BsdFileFlags>,
+        reply: ReplyAttr,
+    ) {
+        let _s = tracing::debug_span!("setattr", ino = ino.0, ?mode, ?size).entered();
+        let changes = SetAttr {
+            mode: mode.map(|m| m as u16),
+            uid,
+            gid,
+            size,
+            atime: atime.map(time),
+            mtime: mtime.map(time),
+            ctime: ctime.map(attr::to_timestamp),
+        };
+        let ext = to_ext3(ino);
+        match self.fs.setattr(ext, &changes, caller(req)) {
+            Ok(inode) => reply.attr(&TTL, &self.attr(ext, &inode)),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readlink(&self, _req: &Request, ino: INodeNo, reply: ReplyData) {
+        let _s = tracing::debug_span!("readlink", ino = ino.0).entered();
+        match self.fs.readlink(to_ext3(ino)) {
+            Ok(t) => reply.data(&t),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn mknod(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        rdev: u32,
+        reply: ReplyEntry,
+    ) {
+        let _s = tracing::debug_span!("mknod", parent = parent.0, ?name, mode).entered();
+        let mode = (mode & !(umask & 0o777)) as u16;
+        let res = self
+            .fs
+            .mknod(to_ext3(parent), name.as_bytes(), mode, rdev, caller(req));
+        self.reply_entry(reply, res);
+    }
+
+    fn mkdir(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        reply: ReplyEntry,
+    ) {
+        let _s = tracing::debug_span!("mkdir", parent = parent.0, ?name).entered();
+        let mode = (mode & !(umask & 0o777)) as u16;
+        let res = self
+            .fs
+            .mkdir(to_ext3(parent), name.as_bytes(), mode, caller(req));
+        self.reply_entry(reply, res);
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _s = tracing::debug_span!("unlink", parent = parent.0, ?name).entered();
+        empty(reply, self.fs.unlink(to_ext3(parent), name.as_bytes()));
+    }
+
+    fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _s = tracing::debug_span!("rmdir", parent = parent.0, ?name).entered();
+        empty(reply, self.fs.rmdir(to_ext3(parent), name.as_bytes()));
+    }
+
+    fn symlink(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        target: &std::path::Path,
+        reply: ReplyEntry,
+    ) {
+        let _s = tracing::debug_span!("symlink", parent = parent.0, ?name).entered();
+        let res = self.fs.symlink(
+            to_ext3(parent),
+            name.as_bytes(),
+            target.as_os_str().as_bytes(),
+            caller(req),
+        );
+        self.reply_entry(reply, res);
+    }
+
+    fn rename(
+        &self,
+        _req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        newparent: INodeNo,
+        newname: &OsStr,
+        flags: FuseRename,
+        reply: ReplyEmpty,
+    ) {
+        let _s = tracing::debug_span!(
+            "rename",
+            parent = parent.0,
+            ?name,
+            newparent = newparent.0,
+            ?newname
+        )
+        .entered();
+        if flags.contains(FuseRename::RENAME_WHITEOUT) {
+            return reply.error(Errno::EINVAL);
+        }
+        let f = RenameFlags {
+            noreplace: flags.contains(FuseRename::RENAME_NOREPLACE),
+            exchange: flags.contains(FuseRename::RENAME_EXCHANGE),
+        };
+        let res = self.fs.rename(
+            to_ext3(parent),
+            name.as_bytes(),
+            to_ext3(newparent),
+            newname.as_bytes(),
+            f,
+        );
+        empty(reply, res);
+    }
+
+    fn link(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        newparent: INodeNo,
+        newname: &OsStr,
+        reply: ReplyEntry,
+    ) {
+        let _s =
+            tracing::debug_span!("link", ino = ino.0, newparent = newparent.0, ?newname).entered();
+        let ext = to_ext3(ino);
+        let res = self
+            .fs
+            .link(ext, to_ext3(newparent), newname.as_bytes())
+            .map(|inode| (ext, inode));
+        self.reply_entry(reply, res);
+    }
+
+    fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        let _s = tracing::debug_span!("open", ino = ino.0).entered();
+        match self.fs.open(to_ext3(ino)) {
+            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let _s = tracing::debug_span!("read", ino = ino.0, offset, size).entered();
+        match self.fs.read(to_ext3(ino), offset, size) {
+            Ok(d) => reply.data(&d),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn write(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        data: &[u8],
+        _wflags: WriteFlags,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyWrite,
+    ) {
+        let _s = tracing::debug_span!("write", ino = ino.0, offset, len = data.len()).entered();
+        match self.fs.write(to_ext3(ino), offset, data, req.uid() == 0) {
+            Ok(n) => reply.written(n as u32),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn flush(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _lock: LockOwner,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn release(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        _flush: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _s = tracing::debug_span!("release", ino = ino.0).entered();
+        empty(reply, self.fs.release(to_ext3(ino)));
+    }
+
+    fn fsync(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        let _s = tracing::debug_span!("fsync", ino = ino.0, datasync).entered();
+        empty(reply, self.fs.fsync(to_ext3(ino), datasync));
+    }
+
+    fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
+        match self.fs.getattr(to_ext3(ino)) {
+            Ok(i) if i.is_dir() => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(_) => reply.error(Errno::ENOTDIR),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        let _s = tracing::debug_span!("readdir", ino = ino.0, offset).entered();
+        match self.fs.readdir(to_ext3(ino), offset, 256) {
+            Ok(entries) => {
+                for e in entries {
+                    let kind = attr::kind_of_dirent(e.file_type);
+                    if reply.add(to_fuse(e.ino), e.next, kind, OsStr::from_bytes(&e.name)) {
+                        break;
+                    }
+                }
+                reply.ok();
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        let _s = tracing::debug_span!("readdirplus", ino = ino.0, offset).entered();
+        let entries = match self.fs.readdir(to_ext3(ino), offset, 128) {
+            Ok(e) => e,
+            Err(e) => return reply.error(errno(&e)),
+        };
+        for e in entries {
+            let inode = match self.fs.getattr(e.ino) {
+                Ok(i) => i,
+                Err(err) => return reply.error(errno(&err)),
+            };
+            let attr = self.attr(e.ino, &inode);
+            let gen = Generation(inode.i_generation as u64);
+            if reply.add(
+                to_fuse(e.ino),
+                e.next,
+                OsStr::from_bytes(&e.name),
+                &TTL,
+                &attr,
+                gen,
+            ) {
+                break;
+            }
+            // The kernel takes a lookup reference for every entry but . and ..
+            if e.name != b"." && e.name != b".." {
+                self.fs.remember(e.ino);
+            }
+        }
+        reply.ok();
+    }
+
+    fn releasedir(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _fh: FileHandle,
+        _flags: OpenFlags,
+        reply: ReplyEmpty,
+    ) {
+        reply.ok();
+    }
+
+    fn fsyncdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        datasync: bool,
+        reply: ReplyEmpty,
+    ) {
+        empty(reply, self.fs.fsync(to_ext3(ino), datasync));
+    }
+
+    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
+        match self.fs.statfs() {
+            Ok(s) => reply.statfs(
+                s.blocks,
+                s.free_blocks,
+                s.available,
+                s.inodes,
+                s.free_inodes,
+                s.block_size,
+                s.name_max,
+                s.block_size,
+            ),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn setxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _value: &[u8],
+        _flags: i32,
+        _pos: u32,
+        reply: ReplyEmpty,
+    ) {
+        reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+    }
+
+    fn getxattr(
+        &self,
+        _req: &Request,
+        _ino: INodeNo,
+        _name: &OsStr,
+        _size: u32,
+        reply: ReplyXattr,
+    ) {
+        reply.error(Errno::from_i32(libc::ENODATA));
+    }
+
+    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
+        if size == 0 {
+            reply.size(0);
+        } else {
+            reply.data(&[]);
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
+        reply.error(Errno::from_i32(libc::ENODATA));
+    }
+
+    fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
+        // Permission checks are the kernel's (default_permissions); this
+        // only confirms the inode exists.
+        empty(reply, self.fs.getattr(to_ext3(ino)).map(|_| ()));
+    }
+
+    fn create(
+        &self,
+        req: &Request,
+        parent: INodeNo,
+        name: &OsStr,
+        mode: u32,
+        umask: u32,
+        _flags: i32,
+        reply: ReplyCreate,
+    ) {
+        let _s = tracing::debug_span!("create", parent = parent.0, ?name).entered();
+        let mode = (mode & !(umask & 0o777)) as u16;
+        let made = self
+            .fs
+            .mknod(to_ext3(parent), name.as_bytes(), mode, 0, caller(req))
+            .and_then(|(ino, inode)| self.fs.open(ino).map(|()| (ino, inode)));
+        match made {
+            Ok((ino, inode)) => {
+                self.fs.remember(ino);
+                let attr = self.attr(ino, &inode);
+                let gen = Generation(inode.i_generation as u64);
+                reply.created(&TTL, &attr, gen, FileHandle(0), FopenFlags::empty());
+            }
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn fallocate(
+        &self,
+        req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        length: u64,
+        mode: i32,
+        reply: ReplyEmpty,
+    ) {
+        let _s = tracing::debug_span!("fallocate", ino = ino.0, offset, length, mode).entered();
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+            return reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        }
+        let res = self
+            .fs
+            .fallocate(to_ext3(ino), offset, length, keep_size, req.uid() == 0);
+        empty(reply, res);
+    }
+}
