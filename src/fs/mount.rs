@@ -78,8 +78,9 @@ pub fn group_desc_location(sb: &Superblock, g: GroupNo) -> (BlockNo, usize) {
     (BlockNo(block), (g.0 % per_block) as usize * GROUP_DESC_SIZE)
 }
 
-/// Reads the group descriptor table that follows the primary superblock.
-pub fn read_group_descs(dev: &dyn BlockDevice, sb: &Superblock) -> Result<Vec<GroupDesc>> {
+/// Reads the group descriptor table that follows the primary superblock,
+/// without judging the descriptors.
+pub fn read_group_desc_table(dev: &dyn BlockDevice, sb: &Superblock) -> Result<Vec<GroupDesc>> {
     let bs = sb.block_size() as u64;
     let start = (sb.s_first_data_block as u64 + 1) * bs;
     let len = sb.gdt_blocks() as u64 * bs;
@@ -94,15 +95,16 @@ pub fn read_group_descs(dev: &dyn BlockDevice, sb: &Superblock) -> Result<Vec<Gr
     }
     let mut buf = vec![0u8; len as usize];
     dev.read_at(&mut buf, start)?;
-    let descs = crate::format::group_desc::parse_table(&buf, sb.group_count())
-        .map_err(|e| Corruption::new(Location::GroupDesc(GroupNo(0)), e))?;
+    Ok(crate::format::group_desc::parse_table(&buf, sb.group_count())
+        .map_err(|e| Corruption::new(Location::GroupDesc(GroupNo(0)), e))?)
+}
+
+/// Reads the group descriptor table and checks every descriptor.
+pub fn read_group_descs(dev: &dyn BlockDevice, sb: &Superblock) -> Result<Vec<GroupDesc>> {
+    let descs = read_group_desc_table(dev, sb)?;
     for (i, d) in descs.iter().enumerate() {
-        d.validate(
-            sb.s_first_data_block,
-            sb.s_blocks_count,
-            sb.inode_table_blocks(),
-        )
-        .map_err(|e| Corruption::new(Location::GroupDesc(GroupNo(i as u32)), e))?;
+        d.validate(sb.s_first_data_block, sb.s_blocks_count, sb.inode_table_blocks())
+            .map_err(|e| Corruption::new(Location::GroupDesc(GroupNo(i as u32)), e))?;
     }
     Ok(descs)
 }

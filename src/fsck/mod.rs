@@ -7,9 +7,9 @@
 use std::io;
 
 use crate::device::BlockDevice;
-use crate::format::group_desc::{self, GroupDesc};
+use crate::format::group_desc::GroupDesc;
 use crate::format::superblock::{self as sbm, feature, Superblock};
-use crate::format::{Corruption, GroupNo, Location};
+use crate::format::{Corruption, GroupNo};
 
 /// e2fsck's exit status bits.
 pub mod exit {
@@ -88,22 +88,19 @@ impl Report {
     }
 }
 
+impl From<crate::fs::FsError> for FsckError {
+    fn from(e: crate::fs::FsError) -> Self {
+        match e {
+            crate::fs::FsError::Corrupt(c) => FsckError::Corrupt(c),
+            crate::fs::FsError::Io(e) => FsckError::Io(e),
+            other => FsckError::Io(io::Error::other(other.to_string())),
+        }
+    }
+}
+
 /// Reads and validates the primary superblock.
 pub fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock, FsckError> {
-    let mut buf = vec![0u8; sbm::SUPERBLOCK_SIZE];
-    if dev.size() < sbm::SUPERBLOCK_OFFSET + buf.len() as u64 {
-        return Err(Corruption::new(
-            Location::Superblock,
-            crate::format::FormatError::Short {
-                structure: "superblock",
-                len: dev.size().saturating_sub(sbm::SUPERBLOCK_OFFSET) as usize,
-                need: sbm::SUPERBLOCK_SIZE,
-            },
-        )
-        .into());
-    }
-    dev.read_at(&mut buf, sbm::SUPERBLOCK_OFFSET)?;
-    Superblock::parse(&buf).map_err(|e| Corruption::new(Location::Superblock, e).into())
+    Ok(crate::fs::mount::read_superblock(dev)?)
 }
 
 /// Refuses filesystems jbdfs cannot check: any incompat or ro_compat
@@ -122,30 +119,8 @@ pub fn check_features(sb: &Superblock) -> Result<(), FsckError> {
 }
 
 /// Reads the group descriptor table after the primary superblock.
-pub fn read_group_descs(
-    dev: &dyn BlockDevice,
-    sb: &Superblock,
-) -> Result<Vec<GroupDesc>, FsckError> {
-    let bs = sb.block_size() as u64;
-    let table_block = sb.s_first_data_block as u64 + 1;
-    let len = sb.gdt_blocks() as u64 * bs;
-    let end = (table_block * bs).checked_add(len);
-    if end.is_none_or(|e| e > dev.size()) {
-        return Err(Corruption::new(
-            Location::Superblock,
-            crate::format::FormatError::bad_field(
-                "superblock",
-                "s_blocks_count",
-                sb.s_blocks_count,
-                "the group descriptor table lies past the end of the device",
-            ),
-        )
-        .into());
-    }
-    let mut buf = vec![0u8; len as usize];
-    dev.read_at(&mut buf, table_block * bs)?;
-    group_desc::parse_table(&buf, sb.group_count())
-        .map_err(|e| Corruption::new(Location::GroupDesc(GroupNo(0)), e).into())
+pub fn read_group_descs(dev: &dyn BlockDevice, sb: &Superblock) -> Result<Vec<GroupDesc>, FsckError> {
+    Ok(crate::fs::mount::read_group_desc_table(dev, sb)?)
 }
 
 /// Checks the superblock and the group descriptors.
