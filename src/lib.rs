@@ -13,6 +13,7 @@
 //!    while calling out of the device.
 
 pub mod cache;
+pub mod daemon;
 pub mod device;
 pub mod format;
 pub mod fs;

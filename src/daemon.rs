@@ -1,0 +1,169 @@
+//! The daemon's life: open the backing store, mount the filesystem, serve
+//! it over FUSE until unmounted or signalled, and leave the image clean.
+//! Daemonizing re-executes the binary in the foreground as a child in its
+//! own process group, and returns once the mount is live.
+
+use std::io::{self, BufRead};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use fuser::{Config, MountOption, SessionACL};
+
+use crate::device::{BlockDevice, FileDevice, OpenOptions};
+use crate::fs::{Filesystem, MountConfig};
+
+/// What the daemon needs, resolved from the command line and -o options.
+#[derive(Clone, Debug)]
+pub struct DaemonConfig {
+    pub source: PathBuf,
+    pub mountpoint: PathBuf,
+    pub read_only: bool,
+    pub threads: usize,
+    pub cache_size: usize,
+    pub direct_io: bool,
+    pub allow_other: bool,
+    /// Generic mount options passed on to the kernel (dev, nosuid, ...).
+    pub generic: Vec<String>,
+}
+
+/// Opens the backing store and mounts the filesystem in-process.
+pub fn open_filesystem(cfg: &DaemonConfig) -> anyhow::Result<Arc<Filesystem>> {
+    let opts = OpenOptions {
+        read_only: cfg.read_only,
+        direct: cfg.direct_io,
+        exclusive: true,
+    };
+    let dev = FileDevice::open(&cfg.source, opts)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", cfg.source.display()))?;
+    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    let mount_cfg = MountConfig {
+        read_only: cfg.read_only,
+        cache_size: cfg.cache_size,
+    };
+    Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
+        let why = crate::fs::mount::refusal_reason(&*dev).unwrap_or_else(|| e.to_string());
+        anyhow::anyhow!("{}: cannot mount: {why}", cfg.source.display())
+    })
+}
+
+fn fuse_options(cfg: &DaemonConfig) -> Vec<MountOption> {
+    let mut out = vec![
+        MountOption::FSName(cfg.source.display().to_string()),
+        MountOption::Subtype("jbdfs".into()),
+        MountOption::DefaultPermissions,
+    ];
+    out.push(if cfg.read_only { MountOption::RO } else { MountOption::RW });
+    for o in &cfg.generic {
+        let m = match o.as_str() {
+            "dev" => MountOption::Dev,
+            "nodev" => MountOption::NoDev,
+            "suid" => MountOption::Suid,
+            "nosuid" => MountOption::NoSuid,
+            "exec" => MountOption::Exec,
+            "noexec" => MountOption::NoExec,
+            "atime" => MountOption::Atime,
+            "noatime" => MountOption::NoAtime,
+            "dirsync" => MountOption::DirSync,
+            "sync" => MountOption::Sync,
+            "async" => MountOption::Async,
+            _ => continue,
+        };
+        out.push(m);
+    }
+    out
+}
+
+/// Serves the filesystem in this process until it is unmounted.
+pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
+    let fs = open_filesystem(cfg)?;
+    let mut config = Config::default();
+    config.mount_options = fuse_options(cfg);
+    config.n_threads = Some(cfg.threads.max(1));
+    config.clone_fd = true;
+    if cfg.allow_other {
+        config.acl = SessionACL::All;
+    }
+    let mut session = fuser::Session::new(crate::fuse::JbdFuse::new(fs.clone()), &cfg.mountpoint, &config)
+        .map_err(|e| anyhow::anyhow!("{}: cannot mount: {e}", cfg.mountpoint.display()))?;
+    let unmounter = session.unmount_callable();
+    watch_signals(unmounter)?;
+    tracing::info!(source = %cfg.source.display(), mountpoint = %cfg.mountpoint.display(), "mounted");
+    let res = session.run();
+    fs.unmount()
+        .map_err(|e| anyhow::anyhow!("writing the filesystem back failed: {e}"))?;
+    tracing::info!("unmounted cleanly");
+    res.map_err(|e| anyhow::anyhow!("FUSE session failed: {e}"))
+}
+
+/// SIGTERM, SIGINT and SIGHUP unmount, which ends the session.
+fn watch_signals(mut unmounter: fuser::SessionUnmounter) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+    std::thread::Builder::new()
+        .name("jbdfs-signals".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                tracing::info!(signal = sig, "unmounting on signal");
+                if let Err(e) = unmounter.unmount() {
+                    tracing::error!("unmount on signal failed: {e}");
+                }
+            }
+        })?;
+    Ok(())
+}
+
+/// The environment variable that marks the re-executed foreground child.
+pub const CHILD_ENV: &str = "JBDFS_DAEMON_CHILD";
+
+/// Re-executes this binary in the foreground as a background child and
+/// waits until the mount is live or the child fails.
+pub fn daemonize(args: &[String], mountpoint: &Path) -> anyhow::Result<()> {
+    use std::os::unix::process::CommandExt;
+    let exe = std::env::current_exe()?;
+    let mut child = Command::new(exe)
+        .args(args)
+        .arg("-f")
+        .env(CHILD_ENV, "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .spawn()?;
+    if let Some(err) = child.stderr.take() {
+        std::thread::spawn(move || {
+            for line in io::BufReader::new(err).lines().map_while(Result::ok) {
+                eprintln!("{line}");
+            }
+        });
+    }
+    let target = std::fs::canonicalize(mountpoint)?;
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(status) = child.try_wait()? {
+            std::thread::sleep(Duration::from_millis(50));
+            anyhow::bail!("the daemon exited before the mount was live ({status})");
+        }
+        if is_mounted(&target) {
+            return Ok(());
+        }
+        if Instant::now() > deadline {
+            anyhow::bail!("timed out waiting for the mount to come up");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Whether a jbdfs FUSE mount sits on `path`.
+pub fn is_mounted(path: &Path) -> bool {
+    let Ok(info) = std::fs::read_to_string("/proc/self/mountinfo") else {
+        return false;
+    };
+    let want = path.to_string_lossy();
+    info.lines().any(|l| {
+        let f: Vec<&str> = l.split(' ').collect();
+        let sep = f.iter().position(|&x| x == "-");
+        f.get(4) == Some(&want.as_ref()) && sep.and_then(|s| f.get(s + 1)).is_some_and(|t| t.starts_with("fuse"))
+    })
+}

@@ -1,0 +1,135 @@
+//! The filesystem served through FUSE in this process: real system calls on
+//! the mount point, then e2fsck and a Linux loop mount as the oracles.
+//! Needs root and /dev/fuse; skipped with a message otherwise.
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use jbdfs::daemon::{is_mounted, serve, DaemonConfig};
+use jbdfs::mkfs::{make_filesystem, MkfsOptions, Request};
+
+fn can_fuse() -> Option<String> {
+    if !Path::new("/dev/fuse").exists() {
+        return Some("no /dev/fuse".into());
+    }
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        return Some("not root".into());
+    }
+    None
+}
+
+struct Mounted {
+    image: PathBuf,
+    dir: PathBuf,
+    server: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Mounted {
+    fn new(size: u64, block_size: u32) -> Mounted {
+        let base = std::env::temp_dir().join(format!("jbdfs-fuse-{}-{}", std::process::id(), jbdfs::util::unique_suffix()));
+        std::fs::create_dir_all(&base).unwrap();
+        let image = base.join("fs.img");
+        let dir = base.join("mnt");
+        std::fs::create_dir_all(&dir).unwrap();
+        let req = Request {
+            options: MkfsOptions {
+                block_size: Some(block_size),
+                ..Default::default()
+            },
+            size: Some(size),
+            quiet: true,
+            ..Default::default()
+        };
+        make_filesystem(&image, &req).unwrap();
+        let cfg = DaemonConfig {
+            source: image.clone(),
+            mountpoint: dir.clone(),
+            read_only: false,
+            threads: 8,
+            cache_size: 64 << 20,
+            direct_io: false,
+            allow_other: false,
+            generic: Vec::new(),
+        };
+        let server = std::thread::spawn(move || serve(&cfg));
+        let deadline = Instant::now() + Duration::from_secs(20);
+        let canon = std::fs::canonicalize(&dir).unwrap();
+        while !is_mounted(&canon) {
+            assert!(Instant::now() < deadline, "mount did not come up");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Mounted { image, dir, server: Some(server) }
+    }
+
+    fn unmount(&mut self) {
+        if let Some(s) = self.server.take() {
+            let st = Command::new("fusermount3").arg("-u").arg(&self.dir).status();
+            if !st.map(|s| s.success()).unwrap_or(false) {
+                let _ = Command::new("umount").arg(&self.dir).status();
+            }
+            s.join().unwrap().unwrap();
+        }
+    }
+}
+
+impl Drop for Mounted {
+    fn drop(&mut self) {
+        if self.server.is_some() {
+            let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
+        }
+        if let Some(base) = self.image.parent() {
+            let _ = std::fs::remove_dir_all(base);
+        }
+    }
+}
+
+fn e2fsck_clean(image: &Path) {
+    let out = Command::new("e2fsck").arg("-fn").arg(image).output().unwrap();
+    assert!(
+        out.status.success(),
+        "e2fsck -fn failed:\n{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+#[test]
+fn posix_basics_through_the_kernel() {
+    if let Some(why) = can_fuse() {
+        eprintln!("skipping FUSE test: {why}");
+        return;
+    }
+    let mut m = Mounted::new(128 << 20, 4096);
+    let d = &m.dir;
+    let data: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(d.join("big"), &data).unwrap();
+    assert_eq!(std::fs::read(d.join("big")).unwrap(), data);
+    std::fs::create_dir_all(d.join("a/b/c")).unwrap();
+    for i in 0..500 {
+        std::fs::write(d.join(format!("a/f{i}")), format!("file {i}")).unwrap();
+    }
+    let names = std::fs::read_dir(d.join("a")).unwrap().count();
+    assert_eq!(names, 501);
+    std::fs::rename(d.join("a/f1"), d.join("a/b/moved")).unwrap();
+    std::fs::hard_link(d.join("a/f2"), d.join("link")).unwrap();
+    assert_eq!(std::fs::metadata(d.join("link")).unwrap().nlink(), 2);
+    std::os::unix::fs::symlink("a/b/moved", d.join("sym")).unwrap();
+    assert_eq!(std::fs::read_to_string(d.join("sym")).unwrap(), "file 1");
+    std::fs::set_permissions(d.join("a/f3"), std::fs::Permissions::from_mode(0o600)).unwrap();
+    assert_eq!(std::fs::metadata(d.join("a/f3")).unwrap().mode() & 0o777, 0o600);
+    std::fs::remove_file(d.join("a/f4")).unwrap();
+    assert!(std::fs::remove_dir(d.join("a")).is_err());
+    std::fs::remove_dir(d.join("a/b/c")).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(d.join("big")).unwrap();
+    f.set_len(1000).unwrap();
+    f.sync_all().unwrap();
+    drop(f);
+    assert_eq!(std::fs::metadata(d.join("big")).unwrap().len(), 1000);
+    let st = Command::new("mkfifo").arg(d.join("fifo")).status().unwrap();
+    assert!(st.success());
+    m.unmount();
+    e2fsck_clean(&m.image);
+}
