@@ -16,4 +16,5 @@ pub mod device;
 pub mod format;
 pub mod fsck;
 pub mod mkfs;
+pub mod options;
 pub mod util;
