@@ -21,4 +21,5 @@ pub mod fsck;
 pub mod fuse;
 pub mod journal;
 pub mod mkfs;
+pub mod options;
 pub mod util;

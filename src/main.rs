@@ -1,1 +1,141 @@
-fn main() {}
+//! The jbdfs daemon's command line, in the form mount.fuse3 invokes it:
+//! `jbdfs SOURCE MOUNTPOINT -o OPTIONS` (see DESIGN.md "FUSE").
+//!
+//! This build parses and checks everything a mount needs, then stops: serving
+//! the filesystem arrives with the daemon issue.
+
+use std::fs;
+use std::io::IsTerminal;
+use std::os::unix::fs::FileTypeExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{bail, Context};
+use clap::{ArgAction, Parser};
+use jbdfs::options::MountOptions;
+use tracing_subscriber::EnvFilter;
+
+#[derive(Parser, Debug)]
+#[command(
+    // Fixed names, so that usage and errors read the same through a symlink.
+    name = "jbdfs",
+    bin_name = "jbdfs",
+    version,
+    about = "Mount an ext3 image or block device with jbdfs, a userspace journaling filesystem",
+    after_help = "\
+Options may come before or after SOURCE and MOUNTPOINT, and -o may be repeated.
+
+jbdfs options (-o):
+  data=ordered|writeback|journal   how file data is ordered against the journal
+  bdelay=0|yield|N|jbd2|auto       how a sync commit waits for others to join it
+  hz=N                             jiffies per second for bdelay=N (1-10000)
+  min_batch_time=US, max_batch_time=US   bounds on bdelay=jbd2's wait
+  commit=SECS                      periodic commit interval (0: default 5)
+  barrier[=0|1], nobarrier         flush around commit blocks
+  errors=continue|remount-ro|panic
+  cache_size=BYTES[K|M|G]          buffer cache size
+  threads=N                        FUSE worker threads (1-1024)
+  direct                           O_DIRECT on the backing store
+  debug, sync, dirsync, max_map=N, devsim=MODEL, stats=PATH, record=PATH
+Generic FUSE and mount options (ro, rw, noatime, allow_other, default_permissions,
+fsname=, ...) are passed on; fstab, systemd (x-*) and SELinux options are accepted."
+)]
+struct Args {
+    /// Stay in the foreground.
+    #[arg(short = 'f')]
+    foreground: bool,
+    /// Debug output (same as -o debug); implies -f.
+    #[arg(short = 'd')]
+    debug: bool,
+    /// Single-threaded: one FUSE worker (overrides -o threads).
+    #[arg(short = 's')]
+    single_threaded: bool,
+    /// Mount options, comma-separated.
+    #[arg(short = 'o', value_name = "OPTIONS", action = ArgAction::Append)]
+    options: Vec<String>,
+    /// The ext3 image file or block device.
+    source: PathBuf,
+    /// The directory to mount on.
+    mountpoint: PathBuf,
+}
+
+fn main() -> ExitCode {
+    match run(Args::parse()) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("jbdfs: {e:#}");
+            ExitCode::from(1)
+        }
+    }
+}
+
+fn run(args: Args) -> anyhow::Result<()> {
+    let opts = mount_options(&args)?;
+    init_logging(opts.debug)?;
+    check_source(&args.source)?;
+    check_mountpoint(&args.mountpoint)?;
+    // libfuse's rule: debug output is only visible if we do not daemonize.
+    let foreground = args.foreground || opts.debug;
+    tracing::debug!(
+        source = %args.source.display(),
+        mountpoint = %args.mountpoint.display(),
+        foreground,
+        ?opts,
+        "parsed mount options"
+    );
+    bail!(
+        "serving the filesystem is not implemented in this build; \
+         {} was not mounted on {}",
+        args.source.display(),
+        args.mountpoint.display()
+    )
+}
+
+/// The `-o` options with the short flags applied on top, as libfuse does.
+fn mount_options(args: &Args) -> anyhow::Result<MountOptions> {
+    let strs: Vec<&str> = args.options.iter().map(String::as_str).collect();
+    let mut opts = MountOptions::parse(&strs)?;
+    opts.debug |= args.debug;
+    if args.single_threaded {
+        opts.threads = 1;
+    }
+    Ok(opts)
+}
+
+/// RUST_LOG, when set, says exactly what to log; otherwise debug mode decides.
+fn init_logging(debug: bool) -> anyhow::Result<()> {
+    let filter = match std::env::var("RUST_LOG") {
+        Ok(spec) => {
+            EnvFilter::try_new(&spec).with_context(|| format!("invalid RUST_LOG {spec:?}"))?
+        }
+        Err(_) => EnvFilter::new(if debug { "debug" } else { "info" }),
+    };
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        // Colour codes would garble journald and log files.
+        .with_ansi(std::io::stderr().is_terminal())
+        .try_init()
+        .map_err(|e| anyhow::anyhow!("cannot set up logging: {e}"))
+}
+
+fn check_source(source: &Path) -> anyhow::Result<()> {
+    let meta = fs::metadata(source).with_context(|| format!("SOURCE {}", source.display()))?;
+    let kind = meta.file_type();
+    if !kind.is_file() && !kind.is_block_device() {
+        bail!(
+            "SOURCE {} is neither a regular file nor a block device",
+            source.display()
+        );
+    }
+    Ok(())
+}
+
+fn check_mountpoint(mountpoint: &Path) -> anyhow::Result<()> {
+    let meta =
+        fs::metadata(mountpoint).with_context(|| format!("MOUNTPOINT {}", mountpoint.display()))?;
+    if !meta.is_dir() {
+        bail!("MOUNTPOINT {} is not a directory", mountpoint.display());
+    }
+    Ok(())
+}
