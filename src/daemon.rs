@@ -6,6 +6,7 @@
 use std::io::{self, BufRead};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -48,13 +49,37 @@ pub fn open_filesystem(cfg: &DaemonConfig) -> anyhow::Result<Arc<Filesystem>> {
     })
 }
 
+/// Checks, without writing, that the source holds a filesystem this build
+/// can mount, so that errors reach the user before daemonizing.
+pub fn check_mountable(cfg: &DaemonConfig) -> anyhow::Result<()> {
+    let opts = OpenOptions {
+        read_only: true,
+        ..Default::default()
+    };
+    let dev = FileDevice::open(&cfg.source, opts)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", cfg.source.display()))?;
+    let cannot = |why: String| anyhow::anyhow!("{}: cannot mount: {why}", cfg.source.display());
+    let sb = crate::fs::mount::read_superblock(&dev).map_err(|e| cannot(e.to_string()))?;
+    crate::fs::mount::read_group_descs(&dev, &sb).map_err(|e| cannot(e.to_string()))?;
+    if let Some(why) = crate::fs::mount::refusal_reason(&dev) {
+        if !(cfg.read_only && why.contains("recovery")) {
+            return Err(cannot(why));
+        }
+    }
+    Ok(())
+}
+
 fn fuse_options(cfg: &DaemonConfig) -> Vec<MountOption> {
     let mut out = vec![
         MountOption::FSName(cfg.source.display().to_string()),
         MountOption::Subtype("jbdfs".into()),
         MountOption::DefaultPermissions,
     ];
-    out.push(if cfg.read_only { MountOption::RO } else { MountOption::RW });
+    out.push(if cfg.read_only {
+        MountOption::RO
+    } else {
+        MountOption::RW
+    });
     for o in &cfg.generic {
         let m = match o.as_str() {
             "dev" => MountOption::Dev,
@@ -85,11 +110,19 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
     if cfg.allow_other {
         config.acl = SessionACL::All;
     }
-    let mut session = fuser::Session::new(crate::fuse::JbdFuse::new(fs.clone()), &cfg.mountpoint, &config)
-        .map_err(|e| anyhow::anyhow!("{}: cannot mount: {e}", cfg.mountpoint.display()))?;
+    let mut session = fuser::Session::new(
+        crate::fuse::JbdFuse::new(fs.clone()),
+        &cfg.mountpoint,
+        &config,
+    )
+    .map_err(|e| anyhow::anyhow!("{}: cannot mount: {e}", cfg.mountpoint.display()))?;
     let unmounter = session.unmount_callable();
     watch_signals(unmounter)?;
     tracing::info!(source = %cfg.source.display(), mountpoint = %cfg.mountpoint.display(), "mounted");
+    if std::env::var_os(CHILD_ENV).is_some() {
+        // The parent stops relaying our stderr once the mount is live.
+        DETACHED.store(true, Ordering::Relaxed);
+    }
     let res = session.run();
     fs.unmount()
         .map_err(|e| anyhow::anyhow!("writing the filesystem back failed: {e}"))?;
@@ -112,6 +145,19 @@ fn watch_signals(mut unmounter: fuser::SessionUnmounter) -> anyhow::Result<()> {
             }
         })?;
     Ok(())
+}
+
+/// Set once a daemonized child's stderr has nobody reading it.
+static DETACHED: AtomicBool = AtomicBool::new(false);
+
+/// Where log lines go: stderr, or nowhere once detached (as libfuse
+/// daemons send theirs to /dev/null).
+pub fn log_writer() -> Box<dyn io::Write> {
+    if DETACHED.load(Ordering::Relaxed) {
+        Box::new(io::sink())
+    } else {
+        Box::new(io::stderr())
+    }
 }
 
 /// The environment variable that marks the re-executed foreground child.
@@ -164,6 +210,9 @@ pub fn is_mounted(path: &Path) -> bool {
     info.lines().any(|l| {
         let f: Vec<&str> = l.split(' ').collect();
         let sep = f.iter().position(|&x| x == "-");
-        f.get(4) == Some(&want.as_ref()) && sep.and_then(|s| f.get(s + 1)).is_some_and(|t| t.starts_with("fuse"))
+        f.get(4) == Some(&want.as_ref())
+            && sep
+                .and_then(|s| f.get(s + 1))
+                .is_some_and(|t| t.starts_with("fuse"))
     })
 }

@@ -1,8 +1,9 @@
 //! The jbdfs daemon's command line, in the form mount.fuse3 invokes it:
 //! `jbdfs SOURCE MOUNTPOINT -o OPTIONS` (see DESIGN.md "FUSE").
 //!
-//! This build parses and checks everything a mount needs, then stops: serving
-//! the filesystem arrives with the daemon issue.
+//! It parses and checks everything a mount needs, then serves the
+//! filesystem through `jbdfs::daemon`, in the foreground with -f or as a
+//! daemon that returns once the mount is live.
 
 use std::fs;
 use std::io::IsTerminal;
@@ -12,6 +13,7 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::{ArgAction, Parser};
+use jbdfs::daemon::{self, DaemonConfig};
 use jbdfs::options::MountOptions;
 use tracing_subscriber::EnvFilter;
 
@@ -83,12 +85,23 @@ fn run(args: Args) -> anyhow::Result<()> {
         ?opts,
         "parsed mount options"
     );
-    bail!(
-        "serving the filesystem is not implemented in this build; \
-         {} was not mounted on {}",
-        args.source.display(),
-        args.mountpoint.display()
-    )
+    let cfg = DaemonConfig {
+        source: args.source.clone(),
+        mountpoint: args.mountpoint.clone(),
+        read_only: opts.read_only,
+        threads: opts.threads,
+        cache_size: usize::try_from(opts.cache_size).unwrap_or(usize::MAX),
+        direct_io: opts.direct_io,
+        allow_other: opts.generic.iter().any(|o| o == "allow_other"),
+        generic: opts.generic.clone(),
+    };
+    daemon::check_mountable(&cfg)?;
+    if foreground {
+        daemon::serve(&cfg)
+    } else {
+        let raw: Vec<String> = std::env::args().skip(1).collect();
+        daemon::daemonize(&raw, &args.mountpoint)
+    }
 }
 
 /// The `-o` options with the short flags applied on top, as libfuse does.
@@ -112,7 +125,7 @@ fn init_logging(debug: bool) -> anyhow::Result<()> {
     };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr)
+        .with_writer(daemon::log_writer)
         // Colour codes would garble journald and log files.
         .with_ansi(std::io::stderr().is_terminal())
         .try_init()

@@ -338,7 +338,7 @@ fn inodes_per_group(g: &Geometry, opts: &MkfsOptions, size: u64) -> Option<u32> 
     // bitmap bytes.
     let unit = lcm(per_block, 8);
     let mut ipg = wanted.div_ceil(groups).max(16);
-    ipg = ipg.div_ceil(per_block) * per_block & !7;
+    ipg = (ipg.div_ceil(per_block) * per_block) & !7;
     // An inode bitmap is one block, and the table must leave room for data.
     let max_by_bitmap = 8 * bs;
     let max_by_space = (g.blocks_per_group as u64 / 2) * per_block;

@@ -29,7 +29,11 @@ struct Mounted {
 
 impl Mounted {
     fn new(size: u64, block_size: u32) -> Mounted {
-        let base = std::env::temp_dir().join(format!("jbdfs-fuse-{}-{}", std::process::id(), jbdfs::util::unique_suffix()));
+        let base = std::env::temp_dir().join(format!(
+            "jbdfs-fuse-{}-{}",
+            std::process::id(),
+            jbdfs::util::unique_suffix()
+        ));
         std::fs::create_dir_all(&base).unwrap();
         let image = base.join("fs.img");
         let dir = base.join("mnt");
@@ -61,12 +65,19 @@ impl Mounted {
             assert!(Instant::now() < deadline, "mount did not come up");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Mounted { image, dir, server: Some(server) }
+        Mounted {
+            image,
+            dir,
+            server: Some(server),
+        }
     }
 
     fn unmount(&mut self) {
         if let Some(s) = self.server.take() {
-            let st = Command::new("fusermount3").arg("-u").arg(&self.dir).status();
+            let st = Command::new("fusermount3")
+                .arg("-u")
+                .arg(&self.dir)
+                .status();
             if !st.map(|s| s.success()).unwrap_or(false) {
                 let _ = Command::new("umount").arg(&self.dir).status();
             }
@@ -87,7 +98,11 @@ impl Drop for Mounted {
 }
 
 fn e2fsck_clean(image: &Path) {
-    let out = Command::new("e2fsck").arg("-fn").arg(image).output().unwrap();
+    let out = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(image)
+        .output()
+        .unwrap();
     assert!(
         out.status.success(),
         "e2fsck -fn failed:\n{}{}",
@@ -119,11 +134,17 @@ fn posix_basics_through_the_kernel() {
     std::os::unix::fs::symlink("a/b/moved", d.join("sym")).unwrap();
     assert_eq!(std::fs::read_to_string(d.join("sym")).unwrap(), "file 1");
     std::fs::set_permissions(d.join("a/f3"), std::fs::Permissions::from_mode(0o600)).unwrap();
-    assert_eq!(std::fs::metadata(d.join("a/f3")).unwrap().mode() & 0o777, 0o600);
+    assert_eq!(
+        std::fs::metadata(d.join("a/f3")).unwrap().mode() & 0o777,
+        0o600
+    );
     std::fs::remove_file(d.join("a/f4")).unwrap();
     assert!(std::fs::remove_dir(d.join("a")).is_err());
     std::fs::remove_dir(d.join("a/b/c")).unwrap();
-    let f = std::fs::OpenOptions::new().write(true).open(d.join("big")).unwrap();
+    let f = std::fs::OpenOptions::new()
+        .write(true)
+        .open(d.join("big"))
+        .unwrap();
     f.set_len(1000).unwrap();
     f.sync_all().unwrap();
     drop(f);

@@ -1010,11 +1010,14 @@ mod tests {
     const ALNUM: &[u8] =
         b"abcdefghijklmnopqrstuvwxyz0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZ_0123456789";
 
+    /// (name, hash_version, seed, hash, minor_hash)
+    type HashCase<'a> = (&'a [u8], u8, &'a [u32; 4], u32, u32);
+
     /// Values printed by e2fsprogs 1.47 `debugfs -R "dx_hash -h H [-s S] NAME"`.
     #[test]
     fn hashes_match_debugfs() {
         let zero = [0u32; 4];
-        let cases: &[(&[u8], u8, &[u32; 4], u32, u32)] = &[
+        let cases: &[HashCase] = &[
             (b"name3", DX_HASH_LEGACY, &zero, 0xa7fc_f5ce, 0),
             (LONG, DX_HASH_LEGACY, &zero, 0x8fd6_63c4, 0),
             (ALNUM, DX_HASH_LEGACY, &zero, 0xe078_7e10, 0),

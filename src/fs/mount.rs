@@ -95,16 +95,22 @@ pub fn read_group_desc_table(dev: &dyn BlockDevice, sb: &Superblock) -> Result<V
     }
     let mut buf = vec![0u8; len as usize];
     dev.read_at(&mut buf, start)?;
-    Ok(crate::format::group_desc::parse_table(&buf, sb.group_count())
-        .map_err(|e| Corruption::new(Location::GroupDesc(GroupNo(0)), e))?)
+    Ok(
+        crate::format::group_desc::parse_table(&buf, sb.group_count())
+            .map_err(|e| Corruption::new(Location::GroupDesc(GroupNo(0)), e))?,
+    )
 }
 
 /// Reads the group descriptor table and checks every descriptor.
 pub fn read_group_descs(dev: &dyn BlockDevice, sb: &Superblock) -> Result<Vec<GroupDesc>> {
     let descs = read_group_desc_table(dev, sb)?;
     for (i, d) in descs.iter().enumerate() {
-        d.validate(sb.s_first_data_block, sb.s_blocks_count, sb.inode_table_blocks())
-            .map_err(|e| Corruption::new(Location::GroupDesc(GroupNo(i as u32)), e))?;
+        d.validate(
+            sb.s_first_data_block,
+            sb.s_blocks_count,
+            sb.inode_table_blocks(),
+        )
+        .map_err(|e| Corruption::new(Location::GroupDesc(GroupNo(i as u32)), e))?;
     }
     Ok(descs)
 }

@@ -119,7 +119,10 @@ pub fn check_features(sb: &Superblock) -> Result<(), FsckError> {
 }
 
 /// Reads the group descriptor table after the primary superblock.
-pub fn read_group_descs(dev: &dyn BlockDevice, sb: &Superblock) -> Result<Vec<GroupDesc>, FsckError> {
+pub fn read_group_descs(
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+) -> Result<Vec<GroupDesc>, FsckError> {
     Ok(crate::fs::mount::read_group_desc_table(dev, sb)?)
 }
 
