@@ -201,3 +201,94 @@ fn renames_keep_the_tree_consistent() {
     drop(fs);
     e2fsck_clean(&img);
 }
+
+#[test]
+fn sixteen_threads_in_shared_directories() {
+    let img = image(256 << 20, 4096);
+    let fs = mount(&img);
+    let dirs: Vec<InodeNo> = (0..4)
+        .map(|i| {
+            fs.mkdir(ROOT, format!("d{i}").as_bytes(), 0o755, ME)
+                .unwrap()
+                .0
+        })
+        .collect();
+    let threads: Vec<_> = (0..16u32)
+        .map(|t| {
+            let fs = fs.clone();
+            let dirs = dirs.clone();
+            std::thread::spawn(move || {
+                let mut x = t.wrapping_mul(2654435761).max(1);
+                for i in 0..400u32 {
+                    x ^= x << 13;
+                    x ^= x >> 17;
+                    x ^= x << 5;
+                    let d = dirs[(x % 4) as usize];
+                    let d2 = dirs[((x >> 8) % 4) as usize];
+                    let name = format!("t{t}-{}", i % 40);
+                    let other = format!("t{t}-{}", (i + 7) % 40);
+                    match x % 5 {
+                        0 | 1 => {
+                            if let Ok((f, _)) = fs.mknod(d, name.as_bytes(), 0o100644, 0, ME) {
+                                let _ =
+                                    fs.write(f, (x % 20000) as u64, &pattern(5000, t as u8), true);
+                            }
+                        }
+                        2 => {
+                            let _ = fs.rename(
+                                d,
+                                name.as_bytes(),
+                                d2,
+                                other.as_bytes(),
+                                Default::default(),
+                            );
+                        }
+                        3 => {
+                            let _ = fs.unlink(d, name.as_bytes());
+                        }
+                        _ => {
+                            let _ = fs.readdir(d, 0, 1000);
+                            let _ = fs.mkdir(d, format!("sub{t}").as_bytes(), 0o755, ME);
+                            let _ = fs.rmdir(d2, format!("sub{t}").as_bytes());
+                        }
+                    }
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+}
+
+#[test]
+fn full_disk_gives_enospc_and_keeps_data() {
+    let img = image(16 << 20, 1024);
+    let fs = mount(&img);
+    let (keep, _) = fs.mknod(ROOT, b"keep", 0o100644, 0, ME).unwrap();
+    fs.write(keep, 0, &pattern(100_000, 9), true).unwrap();
+    let user = Caller {
+        uid: 1000,
+        gid: 1000,
+    };
+    let (f, _) = fs.mknod(ROOT, b"fill", 0o100644, 0, user).unwrap();
+    let chunk = pattern(1 << 20, 3);
+    let mut off = 0u64;
+    let err = loop {
+        match fs.write(f, off, &chunk, false) {
+            Ok(n) => off += n as u64,
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, FsError::NoSpace), "{err:?}");
+    // Root may still use the reserved blocks.
+    let (r, _) = fs.mknod(ROOT, b"root", 0o100644, 0, ME).unwrap();
+    fs.write(r, 0, &pattern(100_000, 4), true).unwrap();
+    assert_eq!(fs.read(keep, 0, 100_000).unwrap(), pattern(100_000, 9));
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+}

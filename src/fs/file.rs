@@ -84,17 +84,9 @@ impl Filesystem {
             return Err(FsError::Invalid("write to a non-regular file"));
         }
         let mut h = self.journal.start(WRITE_CREDITS)?;
-        let res = self.write_runs(&mut h, ino, &mut st, offset, data, privileged);
-        let written = match res {
-            Ok(()) => data.len(),
-            Err(FsError::NoSpace) => 0,
-            Err(e) => {
-                let _ = self.write_inode(&mut h, ino, &st.disk);
-                let _ = h.stop();
-                return Err(e);
-            }
-        };
+        let (written, err) = self.write_runs(&mut h, ino, &mut st, offset, data, privileged);
         if written > 0 {
+            let end = offset + written as u64;
             if end > st.disk.i_size {
                 st.disk.i_size = end;
             }
@@ -102,14 +94,21 @@ impl Filesystem {
             st.disk.i_mtime = t;
             st.disk.i_ctime = t;
         }
-        self.write_inode(&mut h, ino, &st.disk)?;
-        h.stop()?;
-        if written == 0 && !data.is_empty() {
-            return Err(FsError::NoSpace);
+        let wrote_inode = self.write_inode(&mut h, ino, &st.disk);
+        let stopped = h.stop();
+        match err {
+            // A short write is success for what was written, as on Linux.
+            Some(FsError::NoSpace) if written > 0 => {}
+            Some(e) => return Err(e),
+            None => {}
         }
+        wrote_inode?;
+        stopped?;
         Ok(written)
     }
 
+    /// Writes run by run; returns the bytes written from the start of
+    /// `data` and the error that stopped it, if any.
     fn write_runs(
         &self,
         h: &mut Handle<'_>,
@@ -118,24 +117,32 @@ impl Filesystem {
         offset: u64,
         data: &[u8],
         privileged: bool,
-    ) -> Result<()> {
+    ) -> (usize, Option<FsError>) {
         let bs = self.block_size as u64;
         let end = offset + data.len() as u64;
         let mut pos = offset;
         while pos < end {
             let logical = (pos / bs) as u32;
             let want = ((end - 1) / bs - pos / bs + 1) as u32;
-            let m = self.get_blocks(h, ino, st, logical, want, privileged)?;
+            let m = match self.get_blocks(h, ino, st, logical, want, privileged) {
+                Ok(m) => m,
+                Err(e) => return ((pos - offset) as usize, Some(e)),
+            };
             let Some(p) = m.physical else {
-                return Err(FsError::Invalid("allocation returned a hole"));
+                return (
+                    (pos - offset) as usize,
+                    Some(FsError::Invalid("allocation returned a hole")),
+                );
             };
             let run_start = logical as u64 * bs;
             let chunk_end = (run_start + m.count as u64 * bs).min(end);
             let src = &data[(pos - offset) as usize..(chunk_end - offset) as usize];
-            self.write_run(p.0 as u64 * bs, run_start, pos, src, m.new)?;
+            if let Err(e) = self.write_run(p.0 as u64 * bs, run_start, pos, src, m.new) {
+                return ((pos - offset) as usize, Some(e));
+            }
             pos = chunk_end;
         }
-        Ok(())
+        (data.len(), None)
     }
 
     /// Writes `src` at file offset `pos` inside a run of blocks that starts

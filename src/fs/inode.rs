@@ -62,8 +62,13 @@ impl InodeCache {
     pub fn evict(&self, ino: InodeNo) {
         let mut shard = self.shard(ino).lock();
         if let Some(r) = shard.get(&ino.0) {
-            let st = r.state.read();
-            if st.nlookup == 0 && st.open_count == 0 && Arc::strong_count(r) == 1 {
+            // Never wait for an inode lock under the shard lock: a holder of
+            // that inode's lock may be waiting for this shard in iget.
+            let Some(st) = r.state.try_read() else {
+                return;
+            };
+            let unused = st.nlookup == 0 && st.open_count == 0;
+            if unused && Arc::strong_count(r) == 1 {
                 drop(st);
                 shard.remove(&ino.0);
             }
