@@ -7,9 +7,26 @@
 //!
 //! # Lock order
 //!
-//! Locks are always taken in this order, never the reverse (later layers add to
-//! this list as they arrive):
-//! 1. device-internal locks (memory device contents) — leaf locks, never held
+//! Locks are always taken in this order, never the reverse:
+//! 1. `Filesystem::rename_lock`, only by renames across directories, before
+//!    any inode lock (it keeps the ancestry check of rename stable).
+//! 2. Inode state locks (`InodeRef::state`): a directory before the inodes
+//!    it names; two directories in ascending inode number; two children of
+//!    one operation in ascending inode number; on the orphan list, an
+//!    orphan's lock before the lock of the orphan added after it. Nothing
+//!    waits for an inode lock while holding an inode-cache shard lock
+//!    (eviction only try-locks).
+//! 3. `Filesystem::orphans`, then `Filesystem::sb` (a leaf: held only to
+//!    copy or update fields).
+//! 4. A group lock (`Filesystem::group_locks`), one at a time, taken by
+//!    allocation and freeing while inode locks are held.
+//! 5. Buffer cache locks, in the cache's own order (src/cache/mod.rs): a
+//!    buffer's writeback lock, a buffer's data lock, a shard mutex. Callers
+//!    hold no buffer guard when they commit (`Journal::force_commit` writes
+//!    back through the cache).
+//! 6. Inode-cache shard locks (`InodeCache`): leaves, held only for map
+//!    lookups and inserts.
+//! 7. Device-internal locks (memory device contents): leaves, never held
 //!    while calling out of the device.
 
 pub mod cache;

@@ -1,138 +1,141 @@
-//! The buffer cache: block-sized metadata buffers between the filesystem
-//! and journal layers and the device (Linux's buffer heads).
+//! The buffer cache: block-sized buffers between the filesystem and journal
+//! layers and the device, like Linux's buffer heads over the page cache.
 //!
-//! Sharded by block number so that threads working on different blocks do
-//! not contend. A buffer is dirty when it must be written home; it is
-//! pinned while a journal transaction owns it, and then neither written home
-//! by the cache nor evicted.
+//! Blocks are spread over up to [`MAX_SHARDS`] shards by a hash of the block
+//! number; each shard has its own mutex, map, CLOCK ring and an equal share of
+//! the memory budget, so threads working on different blocks rarely meet on a
+//! lock and eviction never needs a global view. A [`Buffer`] is shared as
+//! `Arc<Buffer>`; holding one keeps it cached (it is never evicted while
+//! anyone else holds it), and the journal pins buffers of a transaction so the
+//! cache neither writes them home nor evicts them.
 //!
-//! Lock order: a shard lock is never held while a buffer's data lock is
-//! taken for I/O; a buffer's data lock may be held across the device read
-//! that fills it (so two readers of one missing block cause one read).
+//! # Lock order
+//!
+//! 1. a buffer's writeback lock (taken by writeback and by [`Buffer::pin`]),
+//!    held across that buffer's own device write. Writeback holds several at
+//!    once (ascending block order) but, while it holds more than one, only
+//!    try-locks data locks; it waits for a data lock only while holding that
+//!    buffer's writeback lock alone.
+//! 2. a buffer's data lock (the [`Buffer::read`] / [`Buffer::write`] guards),
+//!    held for write across a device read only while that buffer is being
+//!    read in. The cache waits for at most one data lock at a time and
+//!    try-locks any others (a `read_run` span), so it imposes no order on
+//!    the guards callers take.
+//! 3. a shard mutex: one at a time, never held across I/O, and no buffer
+//!    lock is taken under it (buffer state is read through atomics).
+//! 4. device-internal locks.
+//!
+//! Two rules follow for callers: pin a buffer before taking its own write
+//! guard (pin may wait for that buffer's in-flight writeback, which may be
+//! waiting for the guard), and call [`BufferCache::write_dirty`] /
+//! [`BufferCache::sync_all`] with no buffer guard held. `get`, `get_new`,
+//! `read_run` and the writeback done by eviction wait only for the buffers
+//! they were asked for, so they may be called while holding guards.
 
-use std::collections::HashMap;
-use std::io::{self, IoSlice};
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+mod buffer;
+mod shard;
+mod writeback;
+
+#[cfg(test)]
+mod tests;
+
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use parking_lot::{Mutex, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use parking_lot::Mutex;
+
+pub use buffer::{Buffer, BufferReadGuard, BufferWriteGuard};
+use shard::Shard;
 
 use crate::device::BlockDevice;
 use crate::format::BlockNo;
 
-const SHARDS: usize = 64;
+/// Upper bound on the number of shards.
+pub const MAX_SHARDS: usize = 64;
+/// Fewer shards for small caches, so that each shard's budget still leaves
+/// CLOCK some choice.
+const MIN_BUFFERS_PER_SHARD: usize = 16;
+/// Dirty buffers written back at once when eviction finds nothing clean.
+const EVICT_WRITEBACK_BATCH: usize = 16;
 
-/// One cached block.
-pub struct Buffer {
-    block: BlockNo,
-    data: RwLock<Vec<u8>>,
-    uptodate: AtomicBool,
-    dirty: AtomicBool,
-    /// Bumped on every `mark_dirty`, so writeback can tell whether the
-    /// buffer changed while it was being written.
-    generation: AtomicU64,
-    pins: AtomicU32,
-    referenced: AtomicBool,
-}
-
-impl Buffer {
-    fn new(block: BlockNo, size: usize, uptodate: bool) -> Self {
-        Buffer {
-            block,
-            data: RwLock::new(vec![0; size]),
-            uptodate: AtomicBool::new(uptodate),
-            dirty: AtomicBool::new(false),
-            generation: AtomicU64::new(0),
-            pins: AtomicU32::new(0),
-            referenced: AtomicBool::new(true),
-        }
-    }
-
-    pub fn block(&self) -> BlockNo {
-        self.block
-    }
-
-    pub fn read(&self) -> RwLockReadGuard<'_, Vec<u8>> {
-        self.data.read()
-    }
-
-    pub fn write(&self) -> RwLockWriteGuard<'_, Vec<u8>> {
-        self.data.write()
-    }
-
-    pub fn is_dirty(&self) -> bool {
-        self.dirty.load(Ordering::Acquire)
-    }
-
-    pub fn mark_dirty(&self) {
-        self.generation.fetch_add(1, Ordering::AcqRel);
-        self.dirty.store(true, Ordering::Release);
-    }
-
-    pub fn clear_dirty(&self) {
-        self.dirty.store(false, Ordering::Release);
-    }
-
-    pub fn pin(&self) {
-        self.pins.fetch_add(1, Ordering::AcqRel);
-    }
-
-    pub fn unpin(&self) {
-        let _ = self
-            .pins
-            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| p.checked_sub(1));
-    }
-
-    pub fn is_pinned(&self) -> bool {
-        self.pins.load(Ordering::Acquire) > 0
-    }
-}
-
-#[derive(Default)]
-struct Shard {
-    map: HashMap<u32, Arc<Buffer>>,
-}
-
-/// Counters for tests and statistics.
+/// Counters and gauges reported by [`BufferCache::stats`].
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct CacheStats {
+    /// Lookups that found the block cached and uptodate.
     pub hits: u64,
+    /// Lookups that had to read (or wait for a read of) the block.
     pub misses: u64,
+    /// Device read calls.
     pub reads: u64,
+    /// Device write calls (one per coalesced run).
     pub writes: u64,
     pub evictions: u64,
     pub cached_bytes: u64,
+    pub capacity_bytes: u64,
+    pub dirty_buffers: u64,
+    pub pinned_buffers: u64,
 }
 
+impl CacheStats {
+    /// True when pinned or held buffers pushed the cache past its bound.
+    pub fn over_capacity(&self) -> bool {
+        self.cached_bytes > self.capacity_bytes
+    }
+}
+
+/// Keeps neighbouring shards' mutexes on different cache lines.
+#[repr(align(64))]
+struct PaddedShard(Mutex<Shard>);
+
+/// How a lookup that inserts a new buffer creates it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Access {
+    /// Contents wanted: a new buffer must be read in.
+    Read,
+    /// Freshly allocated block: a new buffer starts zeroed and uptodate.
+    New,
+}
+
+struct Lookup {
+    buf: Arc<Buffer>,
+    found: bool,
+    /// Dirty buffers to write back so the shard can shrink to its budget.
+    writeback: Vec<Arc<Buffer>>,
+}
+
+/// The sharded block cache over one device.
 pub struct BufferCache {
     dev: Arc<dyn BlockDevice>,
     block_size: usize,
-    capacity: usize,
-    shards: Vec<Mutex<Shard>>,
-    cached: AtomicU64,
-    hits: AtomicU64,
-    misses: AtomicU64,
+    nblocks: u64,
+    capacity_bytes: usize,
+    shards: Box<[PaddedShard]>,
     reads: AtomicU64,
     writes: AtomicU64,
-    evictions: AtomicU64,
-    /// Round-robin start for eviction scans.
-    clock: AtomicU64,
 }
 
 impl BufferCache {
+    /// A cache of at most `capacity_bytes` of `block_size` buffers (at least
+    /// one buffer) over `dev`.
     pub fn new(dev: Arc<dyn BlockDevice>, block_size: usize, capacity_bytes: usize) -> Self {
+        let nblocks = dev.size().checked_div(block_size as u64).unwrap_or(0);
+        let cap_blocks = capacity_bytes.checked_div(block_size).unwrap_or(0).max(1);
+        let n = (cap_blocks / MIN_BUFFERS_PER_SHARD).clamp(1, MAX_SHARDS);
+        let shards = (0..n)
+            .map(|i| {
+                let budget = cap_blocks / n + usize::from(i < cap_blocks % n);
+                PaddedShard(Mutex::new(Shard::new(budget)))
+            })
+            .collect();
         BufferCache {
             dev,
             block_size,
-            capacity: capacity_bytes.max(block_size * SHARDS),
-            shards: (0..SHARDS).map(|_| Mutex::new(Shard::default())).collect(),
-            cached: AtomicU64::new(0),
-            hits: AtomicU64::new(0),
-            misses: AtomicU64::new(0),
+            nblocks,
+            capacity_bytes,
+            shards,
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
-            evictions: AtomicU64::new(0),
-            clock: AtomicU64::new(0),
         }
     }
 
@@ -144,261 +147,279 @@ impl BufferCache {
         self.block_size
     }
 
-    fn shard(&self, block: BlockNo) -> &Mutex<Shard> {
-        &self.shards[block.0 as usize % SHARDS]
+    /// The number of whole blocks on the device.
+    pub fn block_count(&self) -> u64 {
+        self.nblocks
     }
 
-    fn check_range(&self, block: BlockNo) -> io::Result<()> {
-        let end = (block.0 as u64 + 1) * self.block_size as u64;
-        if end > self.dev.size() {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!("block {} is past the end of the device", block.0),
-            ));
-        }
-        Ok(())
-    }
-
-    /// The cached buffer for `block`, inserted (not yet read) if missing.
-    fn lookup_or_insert(&self, block: BlockNo, uptodate: bool) -> (Arc<Buffer>, bool) {
-        let mut shard = self.shard(block).lock();
-        if let Some(b) = shard.map.get(&block.0) {
-            b.referenced.store(true, Ordering::Relaxed);
-            return (b.clone(), true);
-        }
-        let b = Arc::new(Buffer::new(block, self.block_size, uptodate));
-        shard.map.insert(block.0, b.clone());
-        self.cached
-            .fetch_add(self.block_size as u64, Ordering::Relaxed);
-        (b, false)
-    }
-
-    /// The buffer for `block`, read from the device if needed.
+    /// The block's buffer, read from the device unless cached and uptodate.
     pub fn get(&self, block: BlockNo) -> io::Result<Arc<Buffer>> {
-        self.check_range(block)?;
-        let (buf, hit) = self.lookup_or_insert(block, false);
-        if hit && buf.uptodate.load(Ordering::Acquire) {
-            self.hits.fetch_add(1, Ordering::Relaxed);
-            return Ok(buf);
-        }
-        self.misses.fetch_add(1, Ordering::Relaxed);
-        {
-            let mut data = buf.write();
-            if !buf.uptodate.load(Ordering::Acquire) {
-                self.reads.fetch_add(1, Ordering::Relaxed);
-                self.dev
-                    .read_at(&mut data, block.0 as u64 * self.block_size as u64)?;
-                buf.uptodate.store(true, Ordering::Release);
-            }
-        }
-        self.maybe_evict();
-        Ok(buf)
+        self.check_range(block, 1)?;
+        let l = self.lookup_or_insert(block, Access::Read);
+        let read = self.fill_one(&l.buf);
+        self.relieve(block, l.writeback);
+        read.map(|()| l.buf)
     }
 
-    /// A zero-filled buffer for a freshly allocated block, without reading.
+    /// A zero-filled, uptodate buffer for a freshly allocated block, without
+    /// reading it. A cached buffer for the block is zeroed in place, so that
+    /// there is never more than one buffer per block.
     pub fn get_new(&self, block: BlockNo) -> io::Result<Arc<Buffer>> {
-        self.check_range(block)?;
-        let (buf, _) = self.lookup_or_insert(block, true);
-        {
-            let mut data = buf.write();
-            data.fill(0);
-            buf.uptodate.store(true, Ordering::Release);
+        self.check_range(block, 1)?;
+        let l = self.lookup_or_insert(block, Access::New);
+        if l.found {
+            l.buf.zero_fill();
         }
-        self.maybe_evict();
-        Ok(buf)
+        self.relieve(block, l.writeback);
+        Ok(l.buf)
     }
 
-    /// The buffer for `block` if cached, with no I/O.
+    /// Buffers for `count` blocks from `start`, reading each maximal run of
+    /// blocks that are missing (or not uptodate) with one device read.
+    pub fn read_run(&self, start: BlockNo, count: u32) -> io::Result<Vec<Arc<Buffer>>> {
+        self.check_range(start, count)?;
+        let mut bufs = Vec::with_capacity(count as usize);
+        let mut writeback = Vec::new();
+        for i in 0..count {
+            let l = self.lookup_or_insert(BlockNo(start.0 + i), Access::Read);
+            bufs.push(l.buf);
+            writeback.push(l.writeback);
+        }
+        let read = self.fill_run(&bufs);
+        for (i, wb) in writeback.into_iter().enumerate() {
+            self.relieve(BlockNo(start.0 + i as u32), wb);
+        }
+        read.map(|()| bufs)
+    }
+
+    /// The cached, uptodate buffer for `block`, if any. No I/O, and not
+    /// counted as an access.
     pub fn peek(&self, block: BlockNo) -> Option<Arc<Buffer>> {
-        self.shard(block).lock().map.get(&block.0).cloned()
+        let shard = self.shard(block).lock();
+        shard.peek(block).filter(|b| b.is_uptodate()).cloned()
     }
 
-    /// Drops `block` from the cache: its contents are dead (freed block).
+    /// Drops `block` from the cache and any dirtiness with it: the caller
+    /// says the contents are dead (the block was freed). A pinned buffer
+    /// stays cached, clean, for the journal to finish with, so that a later
+    /// lookup cannot create a second buffer for the same block.
     pub fn forget(&self, block: BlockNo) {
-        let removed = self.shard(block).lock().map.remove(&block.0);
+        let removed = {
+            let mut shard = self.shard(block).lock();
+            match shard.peek(block) {
+                Some(b) if b.is_pinned() => {
+                    b.clear_dirty();
+                    None
+                }
+                _ => shard.remove(block),
+            }
+        };
         if let Some(b) = removed {
             b.clear_dirty();
-            self.cached
-                .fetch_sub(self.block_size as u64, Ordering::Relaxed);
         }
     }
 
-    /// Writes every dirty, unpinned buffer home, then flushes the device.
-    pub fn sync_all(&self) -> io::Result<()> {
-        let mut dirty: Vec<Arc<Buffer>> = self
-            .shards
-            .iter()
-            .flat_map(|s| {
-                s.lock()
-                    .map
-                    .values()
-                    .filter(|b| b.is_dirty() && !b.is_pinned())
-                    .cloned()
-                    .collect::<Vec<_>>()
-            })
-            .collect();
-        dirty.sort_by_key(|b| b.block.0);
-        self.write_buffers(&dirty)?;
-        self.dev.flush()
-    }
-
-    /// Writes `bufs` (sorted by block) home, one device write per run of
-    /// adjacent blocks, and clears the dirty flag of those not re-dirtied.
-    pub fn write_buffers(&self, bufs: &[Arc<Buffer>]) -> io::Result<()> {
-        let mut start = 0;
-        while start < bufs.len() {
-            let mut end = start + 1;
-            while end < bufs.len() && bufs[end].block.0 == bufs[end - 1].block.0 + 1 {
-                end += 1;
-            }
-            self.write_run(&bufs[start..end])?;
-            start = end;
-        }
-        Ok(())
-    }
-
-    fn write_run(&self, run: &[Arc<Buffer>]) -> io::Result<()> {
-        let gens: Vec<u64> = run
-            .iter()
-            .map(|b| b.generation.load(Ordering::Acquire))
-            .collect();
-        let copies: Vec<Vec<u8>> = run.iter().map(|b| b.read().clone()).collect();
-        let slices: Vec<IoSlice<'_>> = copies.iter().map(|c| IoSlice::new(c)).collect();
-        let offset = run[0].block.0 as u64 * self.block_size as u64;
-        self.dev.write_vectored_at(&slices, offset)?;
-        self.writes.fetch_add(1, Ordering::Relaxed);
-        for (b, g) in run.iter().zip(gens) {
-            // Compare-and-clear: a buffer changed during the write stays dirty.
-            if b.generation.load(Ordering::Acquire) == g {
-                b.clear_dirty();
-            }
-        }
-        Ok(())
-    }
-
-    /// Evicts clean, unpinned, unreferenced buffers while over capacity,
-    /// giving recently used ones a second chance (CLOCK).
-    fn maybe_evict(&self) {
-        let bs = self.block_size as u64;
-        let mut scanned = 0;
-        while self.cached.load(Ordering::Relaxed) > self.capacity as u64 && scanned < 2 * SHARDS {
-            let i = self.clock.fetch_add(1, Ordering::Relaxed) as usize % SHARDS;
-            scanned += 1;
-            let mut shard = self.shards[i].lock();
-            let victims: Vec<u32> = shard
-                .map
-                .iter()
-                .filter(|(_, b)| {
-                    let idle = Arc::strong_count(b) == 1 && !b.is_dirty() && !b.is_pinned();
-                    idle && !b.referenced.swap(false, Ordering::Relaxed)
-                })
-                .map(|(k, _)| *k)
-                .take(64)
-                .collect();
-            for k in victims {
-                shard.map.remove(&k);
-                self.cached.fetch_sub(bs, Ordering::Relaxed);
-                self.evictions.fetch_add(1, Ordering::Relaxed);
-            }
+    /// Drops every clean, unpinned buffer that nobody else holds. A buffer
+    /// someone holds stays, so that no block ever has two buffers.
+    pub fn invalidate_all(&self) {
+        for s in self.shards.iter() {
+            let dropped = s.0.lock().remove_where(shard::evictable);
+            drop(dropped);
         }
     }
 
     pub fn stats(&self) -> CacheStats {
-        CacheStats {
-            hits: self.hits.load(Ordering::Relaxed),
-            misses: self.misses.load(Ordering::Relaxed),
+        let mut st = CacheStats {
             reads: self.reads.load(Ordering::Relaxed),
             writes: self.writes.load(Ordering::Relaxed),
-            evictions: self.evictions.load(Ordering::Relaxed),
-            cached_bytes: self.cached.load(Ordering::Relaxed),
+            capacity_bytes: self.capacity_bytes as u64,
+            ..CacheStats::default()
+        };
+        for s in self.shards.iter() {
+            let s = s.0.lock();
+            st.hits += s.hits;
+            st.misses += s.misses;
+            st.evictions += s.evictions;
+            st.cached_bytes += (s.len() * self.block_size) as u64;
+            st.dirty_buffers += s.buffers().filter(|b| b.is_dirty()).count() as u64;
+            st.pinned_buffers += s.buffers().filter(|b| b.is_pinned()).count() as u64;
         }
+        st
+    }
+
+    fn shard(&self, block: BlockNo) -> &Mutex<Shard> {
+        // Fibonacci hashing: strided block numbers (one bitmap per group)
+        // still spread over all shards.
+        let h = u64::from(block.0).wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32;
+        let i = (h % self.shards.len() as u64) as usize;
+        &self.shards[i].0
+    }
+
+    fn check_range(&self, start: BlockNo, count: u32) -> io::Result<()> {
+        let end = u64::from(start.0) + u64::from(count);
+        if end <= self.nblocks {
+            return Ok(());
+        }
+        let what = if count == 1 {
+            format!("block {start}")
+        } else {
+            format!("blocks {start}..{end}")
+        };
+        Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{what} beyond the end of a {}-block device", self.nblocks),
+        ))
+    }
+
+    fn lookup_or_insert(&self, block: BlockNo, access: Access) -> Lookup {
+        let mut victims = Vec::new();
+        let lookup = {
+            let mut shard = self.shard(block).lock();
+            self.lookup_locked(&mut shard, block, access, &mut victims)
+        };
+        drop(victims);
+        lookup
+    }
+
+    fn lookup_locked(
+        &self,
+        shard: &mut Shard,
+        block: BlockNo,
+        access: Access,
+        victims: &mut Vec<Arc<Buffer>>,
+    ) -> Lookup {
+        if let Some(b) = shard.lookup(block).cloned() {
+            let hit = b.is_uptodate();
+            count_access(shard, access, hit);
+            return Lookup {
+                buf: b,
+                found: true,
+                writeback: Vec::new(),
+            };
+        }
+        count_access(shard, access, false);
+        let buf = Arc::new(Buffer::new(block, self.block_size, access == Access::New));
+        shard.insert(Arc::clone(&buf));
+        shard.evict_clean(victims);
+        let writeback = if shard.over_budget() {
+            shard.dirty_candidates(EVICT_WRITEBACK_BATCH)
+        } else {
+            Vec::new()
+        };
+        Lookup {
+            buf,
+            found: false,
+            writeback,
+        }
+    }
+
+    /// Writes back dirty eviction candidates of `block`'s shard (skipping any
+    /// that are busy), then evicts again. Errors leave the buffers dirty for
+    /// the next sync to report; the lookup that triggered this still succeeds.
+    fn relieve(&self, block: BlockNo, candidates: Vec<Arc<Buffer>>) {
+        if !candidates.is_empty() {
+            self.relieve_shard(self.shard(block), candidates);
+        }
+    }
+
+    fn relieve_shard(&self, shard: &Mutex<Shard>, candidates: Vec<Arc<Buffer>>) {
+        if let Err(e) = self.write_buffers(candidates, writeback::Wait::Never) {
+            tracing::warn!(error = %e, "eviction writeback failed");
+        }
+        let mut victims = Vec::new();
+        shard.lock().evict_clean(&mut victims);
+        drop(victims);
+    }
+
+    /// Brings every shard back within its budget where it can, e.g. after
+    /// the journal unpinned a large transaction. Dirty buffers are written
+    /// back as eviction would; busy ones are skipped.
+    pub fn shrink(&self) {
+        for s in self.shards.iter() {
+            let mut victims = Vec::new();
+            let candidates = {
+                let mut shard = s.0.lock();
+                shard.evict_clean(&mut victims);
+                if shard.over_budget() {
+                    shard.dirty_candidates(usize::MAX)
+                } else {
+                    Vec::new()
+                }
+            };
+            drop(victims);
+            if !candidates.is_empty() {
+                self.relieve_shard(&s.0, candidates);
+            }
+        }
+    }
+
+    fn fill_one(&self, buf: &Buffer) -> io::Result<()> {
+        if buf.is_uptodate() {
+            return Ok(());
+        }
+        buf.fill_with(|data| self.read_blocks(buf.block(), data))
+    }
+
+    /// Reads in every maximal run of not-uptodate buffers of `bufs`, which
+    /// are consecutive blocks in ascending order.
+    fn fill_run(&self, bufs: &[Arc<Buffer>]) -> io::Result<()> {
+        let mut i = 0;
+        while i < bufs.len() {
+            i += self.fill_from(&bufs[i..])?;
+        }
+        Ok(())
+    }
+
+    /// Reads in the run of stale buffers at the front of `bufs` with one
+    /// device read and returns how many buffers it covered (at least one).
+    /// Only the first lock is waited for; the rest are try-locked, so a
+    /// caller that holds one of them while waiting for the first cannot
+    /// deadlock with us: the run just ends there.
+    fn fill_from(&self, bufs: &[Arc<Buffer>]) -> io::Result<usize> {
+        let Some(first) = bufs.first() else {
+            return Ok(1);
+        };
+        if first.is_uptodate() {
+            return Ok(1);
+        }
+        let mut guards = vec![first.lock_raw_write()];
+        if first.is_uptodate() {
+            return Ok(1);
+        }
+        for b in &bufs[1..] {
+            match b.try_lock_raw_write() {
+                Some(g) if !b.is_uptodate() => guards.push(g),
+                _ => break,
+            }
+        }
+        let mut tmp = vec![0u8; guards.len() * self.block_size];
+        self.read_blocks(first.block(), &mut tmp)?;
+        let chunks = tmp.chunks_exact(self.block_size);
+        for ((g, b), chunk) in guards.iter_mut().zip(bufs).zip(chunks) {
+            g.copy_from_slice(chunk);
+            b.set_uptodate();
+        }
+        Ok(guards.len())
+    }
+
+    fn read_blocks(&self, start: BlockNo, buf: &mut [u8]) -> io::Result<()> {
+        self.reads.fetch_add(1, Ordering::Relaxed);
+        self.dev.read_at(buf, self.offset(start))
+    }
+
+    fn offset(&self, block: BlockNo) -> u64 {
+        // Cannot overflow: the block was range-checked against the device.
+        u64::from(block.0).saturating_mul(self.block_size as u64)
     }
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::device::MemoryDevice;
-
-    fn cache(blocks: u64, capacity: usize) -> (Arc<MemoryDevice>, BufferCache) {
-        let dev = Arc::new(MemoryDevice::new(blocks * 1024).unwrap());
-        let c = BufferCache::new(dev.clone(), 1024, capacity);
-        (dev, c)
+fn count_access(shard: &mut Shard, access: Access, hit: bool) {
+    if access == Access::New {
+        return;
     }
-
-    #[test]
-    fn read_through_and_write_back() {
-        let (dev, c) = cache(128, 1 << 20);
-        dev.write_at(&[7u8; 1024], 5 * 1024).unwrap();
-        let b = c.get(BlockNo(5)).unwrap();
-        assert_eq!(b.read()[0], 7);
-        let _ = c.get(BlockNo(5)).unwrap();
-        assert_eq!(c.stats().reads, 1);
-        for i in 10..13 {
-            let n = c.get_new(BlockNo(i)).unwrap();
-            n.write()[0] = i as u8;
-            n.mark_dirty();
-        }
-        c.sync_all().unwrap();
-        assert_eq!(c.stats().writes, 1, "adjacent blocks are coalesced");
-        let mut out = [0u8; 1];
-        dev.read_at(&mut out, 11 * 1024).unwrap();
-        assert_eq!(out[0], 11);
-        assert!(c.get(BlockNo(128)).is_err());
-    }
-
-    #[test]
-    fn pinned_buffers_stay_put() {
-        let (dev, c) = cache(128, 1 << 20);
-        let b = c.get_new(BlockNo(3)).unwrap();
-        b.write()[0] = 1;
-        b.mark_dirty();
-        b.pin();
-        c.sync_all().unwrap();
-        let mut out = [0u8; 1];
-        dev.read_at(&mut out, 3 * 1024).unwrap();
-        assert_eq!(out[0], 0);
-        b.unpin();
-        c.sync_all().unwrap();
-        dev.read_at(&mut out, 3 * 1024).unwrap();
-        assert_eq!(out[0], 1);
-    }
-
-    #[test]
-    fn capacity_is_bounded() {
-        let (_dev, c) = cache(4096, 64 * 1024 * 2);
-        for i in 0..4096 {
-            let _ = c.get(BlockNo(i)).unwrap();
-        }
-        assert!(c.stats().cached_bytes <= 64 * 1024 * 2 + 64 * 1024);
-        assert!(c.stats().evictions > 0);
-    }
-
-    #[test]
-    fn concurrent_writers() {
-        let (dev, c) = cache(256, 1 << 20);
-        let c = Arc::new(c);
-        let threads: Vec<_> = (0..16u8)
-            .map(|t| {
-                let c = c.clone();
-                std::thread::spawn(move || {
-                    for round in 0..200u32 {
-                        let b = c.get(BlockNo(round % 64)).unwrap();
-                        b.write()[t as usize] = t + 1;
-                        b.mark_dirty();
-                        if round % 50 == 0 {
-                            c.sync_all().unwrap();
-                        }
-                    }
-                })
-            })
-            .collect();
-        for t in threads {
-            t.join().unwrap();
-        }
-        c.sync_all().unwrap();
-        let mut out = [0u8; 16];
-        dev.read_at(&mut out, 0).unwrap();
-        assert_eq!(out.to_vec(), (1..=16).collect::<Vec<u8>>());
+    if hit {
+        shard.hits += 1;
+    } else {
+        shard.misses += 1;
     }
 }
