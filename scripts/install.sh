@@ -4,6 +4,7 @@
 #   PREFIX/bin/jbdfs          the daemon; mount.fuse3 runs it for `mount -t fuse.jbdfs`
 #   PREFIX/sbin/mkfs.jbdfs    so `mkfs -t jbdfs` finds it
 #   PREFIX/sbin/fsck.jbdfs    so `fsck -t jbdfs` finds it
+#   /sbin/umount.fuse.jbdfs   so `umount DIR` waits for the daemon to write back
 #
 # Usage: scripts/install.sh [--prefix DIR] [--no-build] [--uninstall]
 #   --prefix DIR   install under DIR (default /usr/local)
@@ -49,7 +50,15 @@ FILES=(
     "fsck-jbdfs $prefix/sbin/fsck.jbdfs"
 )
 
+# umount(8) looks for type helpers in /sbin only, whatever the prefix.
+helper_dir="${JBDFS_UMOUNT_HELPER_DIR:-/sbin}"
+helper="$helper_dir/umount.fuse.jbdfs"
+
 if [ "$uninstall" -eq 1 ]; then
+    if [ -e "$helper" ]; then
+        rm -f -- "$helper"
+        info "removed $helper"
+    fi
     for entry in "${FILES[@]}"; do
         read -r _ dest <<<"$entry"
         if [ -e "$dest" ] || [ -L "$dest" ]; then
@@ -73,3 +82,6 @@ for entry in "${FILES[@]}"; do
     install -m 0755 "target/release/$src" "$dest"
     info "installed $dest"
 done
+install -d -m 0755 "$helper_dir"
+install -m 0755 scripts/umount.fuse.jbdfs "$helper"
+info "installed $helper (umount waits for the daemon to write the image back)"

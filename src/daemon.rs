@@ -123,11 +123,55 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
         // The parent stops relaying our stderr once the mount is live.
         DETACHED.store(true, Ordering::Relaxed);
     }
+    let pidfile = PidFile::create(&cfg.mountpoint);
     let res = session.run();
     fs.unmount()
         .map_err(|e| anyhow::anyhow!("writing the filesystem back failed: {e}"))?;
     tracing::info!("unmounted cleanly");
+    drop(pidfile);
     res.map_err(|e| anyhow::anyhow!("FUSE session failed: {e}"))
+}
+
+/// Where a daemon serving `mountpoint` records its pid, so that
+/// `umount.fuse.jbdfs` can wait for it to write the image back and exit:
+/// a FUSE unmount returns before the daemon has finished.
+pub fn pid_file_path(mountpoint: &Path) -> PathBuf {
+    let canon = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
+    let name: String = canon
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c == '/' { '_' } else { c })
+        .collect();
+    PathBuf::from("/run/jbdfs").join(format!("{name}.pid"))
+}
+
+/// The pid file of a running daemon, removed when dropped.
+struct PidFile(Option<PathBuf>);
+
+impl PidFile {
+    fn create(mountpoint: &Path) -> PidFile {
+        let path = pid_file_path(mountpoint);
+        let made = path
+            .parent()
+            .map(std::fs::create_dir_all)
+            .unwrap_or(Ok(()))
+            .and_then(|()| std::fs::write(&path, format!("{}\n", std::process::id())));
+        match made {
+            Ok(()) => PidFile(Some(path)),
+            Err(e) => {
+                tracing::warn!(path = %path.display(), "cannot write pid file: {e}");
+                PidFile(None)
+            }
+        }
+    }
+}
+
+impl Drop for PidFile {
+    fn drop(&mut self) {
+        if let Some(p) = &self.0 {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 /// SIGTERM, SIGINT and SIGHUP unmount, which ends the session.

@@ -38,7 +38,7 @@ pub struct Buffer {
 }
 
 impl Buffer {
-    pub(crate) fn new(block: BlockNo, size: usize, uptodate: bool) -> Self {
+    pub(super) fn new(block: BlockNo, size: usize, uptodate: bool) -> Self {
         Buffer {
             block,
             data: RwLock::new(vec![0; size].into_boxed_slice()),
@@ -119,17 +119,17 @@ impl Buffer {
     }
 
     /// The dirty bit and generation, to hand back to [`Self::clear_dirty_if`].
-    pub(crate) fn dirty_state(&self) -> u64 {
+    pub(super) fn dirty_state(&self) -> u64 {
         self.state.load(Ordering::Acquire)
     }
 
-    pub(crate) fn is_dirty_state(state: u64) -> bool {
+    pub(super) fn is_dirty_state(state: u64) -> bool {
         state & DIRTY != 0
     }
 
     /// Clears the dirty bit if the state is still `seen`; a `mark_dirty`
     /// since then changed the generation and the buffer stays dirty.
-    pub(crate) fn clear_dirty_if(&self, seen: u64) -> bool {
+    pub(super) fn clear_dirty_if(&self, seen: u64) -> bool {
         self.state
             .compare_exchange(seen, seen & !DIRTY, Ordering::AcqRel, Ordering::Acquire)
             .is_ok()
@@ -138,7 +138,7 @@ impl Buffer {
     /// Reads the block in with `fill` unless someone else already did. The
     /// write lock is held across `fill`, so a second reader waits for the
     /// first one's I/O instead of issuing its own.
-    pub(crate) fn fill_with(
+    pub(super) fn fill_with(
         &self,
         fill: impl FnOnce(&mut [u8]) -> io::Result<()>,
     ) -> io::Result<()> {
@@ -153,25 +153,25 @@ impl Buffer {
 
     /// Zero-fills the bytes and declares them current (a freshly allocated
     /// block whose old contents are dead).
-    pub(crate) fn zero_fill(&self) {
+    pub(super) fn zero_fill(&self) {
         let mut data = self.data.write();
         data.fill(0);
         self.set_uptodate();
     }
 
-    pub(crate) fn set_uptodate(&self) {
+    pub(super) fn set_uptodate(&self) {
         self.uptodate.store(true, Ordering::Release);
     }
 
-    pub(crate) fn lock_raw_write(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
+    pub(super) fn lock_raw_write(&self) -> RwLockWriteGuard<'_, Box<[u8]>> {
         self.data.write()
     }
 
-    pub(crate) fn try_lock_raw_write(&self) -> Option<RwLockWriteGuard<'_, Box<[u8]>>> {
+    pub(super) fn try_lock_raw_write(&self) -> Option<RwLockWriteGuard<'_, Box<[u8]>>> {
         self.data.try_write()
     }
 
-    pub(crate) fn read_now(&self, wait: bool) -> Option<RwLockReadGuard<'_, Box<[u8]>>> {
+    pub(super) fn read_now(&self, wait: bool) -> Option<RwLockReadGuard<'_, Box<[u8]>>> {
         if wait {
             Some(self.data.read())
         } else {
@@ -179,7 +179,7 @@ impl Buffer {
         }
     }
 
-    pub(crate) fn claim_writeback(&self, wait: bool) -> Option<MutexGuard<'_, ()>> {
+    pub(super) fn claim_writeback(&self, wait: bool) -> Option<MutexGuard<'_, ()>> {
         if wait {
             Some(self.writeback.lock())
         } else {

@@ -6,7 +6,7 @@ use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
 use super::{on_disk, setup, BS};
-use crate::cache::BufferCache;
+use crate::cache::{BufferCache, CacheStats};
 use crate::format::BlockNo;
 
 #[test]
@@ -48,7 +48,7 @@ impl XorShift {
 
 const THREADS: usize = 16;
 const BLOCKS: usize = 256;
-const OPS: usize = 3000;
+const OPS: usize = 20_000;
 /// Each thread owns bytes [t * SLICE, (t + 1) * SLICE) of every block.
 const SLICE: usize = BS / THREADS;
 
@@ -72,6 +72,20 @@ fn worker(cache: &BufferCache, t: usize) -> Vec<u8> {
                 std::thread::yield_now();
                 buf.unpin();
             }
+            9..=14 => {
+                // Lookups while holding another buffer's guard must not
+                // deadlock, even when they trigger eviction writeback.
+                let v = (op % 251) as u8 + 1;
+                let buf = cache.get(BlockNo(b)).unwrap();
+                let mut guard = buf.write();
+                let other = rng.below(BLOCKS as u64 - 8) as u32;
+                cache.get(BlockNo(other)).unwrap();
+                cache.read_run(BlockNo(other), 8).unwrap();
+                guard[t * SLICE..(t + 1) * SLICE].fill(v);
+                drop(guard);
+                buf.mark_dirty();
+                last[b as usize] = v;
+            }
             _ => {
                 let v = (op % 251) as u8 + 1;
                 let buf = cache.get(BlockNo(b)).unwrap();
@@ -84,7 +98,7 @@ fn worker(cache: &BufferCache, t: usize) -> Vec<u8> {
     last
 }
 
-fn run_stress(cap_blocks: usize) {
+fn run_stress(cap_blocks: usize) -> CacheStats {
     let (dev, cache) = setup(BLOCKS, cap_blocks);
     let cache = Arc::new(cache);
     let (tx, rx) = crossbeam_channel::unbounded();
@@ -115,14 +129,18 @@ fn run_stress(cap_blocks: usize) {
             );
         }
     }
+    cache.stats()
 }
 
 #[test]
 fn stress_with_a_cache_larger_than_the_working_set() {
-    run_stress(BLOCKS * 4);
+    let st = run_stress(BLOCKS * 4);
+    assert_eq!(st.evictions, 0, "{st:?}");
 }
 
 #[test]
 fn stress_under_eviction_pressure() {
-    run_stress(BLOCKS / 4);
+    let st = run_stress(BLOCKS / 4);
+    assert!(st.evictions > 0, "{st:?}");
+    eprintln!("{st:?}");
 }

@@ -112,3 +112,30 @@ fn clear_dirty_drops_the_write() {
     cache.sync_all().unwrap();
     assert_eq!(dev.writes(), 0);
 }
+
+#[test]
+fn pin_waits_for_a_writeback_already_in_flight() {
+    use std::sync::atomic::AtomicBool;
+    let (dev, cache) = setup(16, 64);
+    let buf = cache.get_new(BlockNo(2)).unwrap();
+    dirty(&buf, 3);
+    let write_done = Arc::new(AtomicBool::new(false));
+    let (pinner, done) = (Arc::clone(&buf), Arc::clone(&write_done));
+    let (tx, rx) = crossbeam_channel::bounded(1);
+    *dev.on_write.lock() = Some(Box::new(move || {
+        let t = std::thread::spawn(move || {
+            pinner.pin();
+            done.load(Ordering::SeqCst)
+        });
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        write_done.store(true, Ordering::SeqCst);
+        let _ = tx.send(t);
+    }));
+    cache.sync_all().unwrap();
+    let pinned_after_write = rx.recv().unwrap().join().unwrap();
+    assert!(
+        pinned_after_write,
+        "pin returned while the write was in flight"
+    );
+    assert!(buf.is_pinned());
+}
