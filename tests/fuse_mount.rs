@@ -29,6 +29,13 @@ struct Mounted {
 
 impl Mounted {
     fn new(size: u64, block_size: u32) -> Mounted {
+        let m = Self::image_only(size, block_size);
+        let image = m.image.clone();
+        m.serve(&image, false)
+    }
+
+    /// A fresh image and mount point, not yet mounted.
+    fn image_only(size: u64, block_size: u32) -> Mounted {
         let base = std::env::temp_dir().join(format!(
             "jbdfs-fuse-{}-{}",
             std::process::id(),
@@ -48,10 +55,20 @@ impl Mounted {
             ..Default::default()
         };
         make_filesystem(&image, &req).unwrap();
+        Mounted {
+            image,
+            dir,
+            server: None,
+        }
+    }
+
+    /// Serves `source` (the image or a device over it) on the mount point.
+    fn serve(mut self, source: &Path, read_only: bool) -> Mounted {
+        let dir = self.dir.clone();
         let cfg = DaemonConfig {
-            source: image.clone(),
+            source: source.to_path_buf(),
             mountpoint: dir.clone(),
-            read_only: false,
+            read_only,
             threads: 8,
             cache_size: 64 << 20,
             direct_io: false,
@@ -65,11 +82,8 @@ impl Mounted {
             assert!(Instant::now() < deadline, "mount did not come up");
             std::thread::sleep(Duration::from_millis(20));
         }
-        Mounted {
-            image,
-            dir,
-            server: Some(server),
-        }
+        self.server = Some(server);
+        self
     }
 
     fn unmount(&mut self) {
@@ -153,4 +167,43 @@ fn posix_basics_through_the_kernel() {
     assert!(st.success());
     m.unmount();
     e2fsck_clean(&m.image);
+}
+
+#[test]
+fn serves_a_block_device_and_read_only_mounts() {
+    if let Some(why) = can_fuse() {
+        eprintln!("skipping FUSE test: {why}");
+        return;
+    }
+    let m = Mounted::image_only(64 << 20, 1024);
+    let out = Command::new("losetup")
+        .args(["-f", "--show"])
+        .arg(&m.image)
+        .output()
+        .unwrap();
+    if !out.status.success() {
+        eprintln!(
+            "skipping block device half: losetup failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        return;
+    }
+    let loopdev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    let image = m.image.clone();
+    let mut m = m.serve(&loopdev, false);
+    std::fs::write(m.dir.join("on-a-device"), b"block device data").unwrap();
+    m.unmount();
+    let _ = Command::new("losetup").arg("-d").arg(&loopdev).status();
+    e2fsck_clean(&image);
+
+    // Read-only: the data is there, and writes are refused with EROFS.
+    let mut m = m.serve(&image, true);
+    assert_eq!(
+        std::fs::read(m.dir.join("on-a-device")).unwrap(),
+        b"block device data"
+    );
+    let err = std::fs::write(m.dir.join("new"), b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    m.unmount();
+    e2fsck_clean(&image);
 }
