@@ -55,7 +55,7 @@ pub struct DirEntryRef<'a> {
 }
 
 impl DirEntryRef<'_> {
-    pub fn to_owned(&self) -> DirEntry {
+    pub fn to_entry(&self) -> DirEntry {
         DirEntry {
             inode: self.inode,
             rec_len: self.rec_len,
@@ -871,7 +871,7 @@ mod tests {
         write_entry(&mut block, 0, &e).unwrap();
         let got = parse_block(&block, Some(100)).unwrap();
         assert_eq!(got.len(), 1);
-        assert_eq!(got[0].to_owned(), e);
+        assert_eq!(got[0].to_entry(), e);
         assert!(parse_block(&block, Some(41)).is_err());
     }
 
