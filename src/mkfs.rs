@@ -12,6 +12,7 @@ use std::io;
 use crate::device::BlockDevice;
 use crate::format::group_desc::{GroupDesc, GROUP_DESC_SIZE};
 use crate::format::inode::{ino, Inode, Timestamp, S_IFDIR, S_IFREG};
+use crate::format::jbd::{self, JournalSuperblock};
 use crate::format::superblock::{self as sbm, feature, Superblock};
 use crate::format::{BlockNo, GroupNo};
 use crate::util::Progress;
@@ -748,7 +749,10 @@ impl<'a> Writer<'a> {
             }
         }
         let _ = progress;
-        let buf = journal_superblock(bs, self.g.journal_blocks, uuid);
+        let jsb = JournalSuperblock::new(self.g.block_size, self.g.journal_blocks, *uuid)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidInput, e))?;
+        let mut buf = vec![0u8; bs];
+        buf[..jbd::JOURNAL_SUPERBLOCK_LEN].copy_from_slice(&jsb.to_bytes());
         self.dev.write_at(&buf, self.offset(j.data[0]))
     }
 
@@ -913,8 +917,7 @@ impl<'a> Writer<'a> {
     }
 }
 
-const EXT2_FT_DIR: u8 = 2;
-const DX_HASH_HALF_MD4: u8 = 1;
+use crate::format::dirent::{DX_HASH_HALF_MD4, EXT2_FT_DIR};
 
 /// A directory block holding `entries`, the last one stretched to the end.
 fn dir_block(bs: usize, entries: &[(u32, &[u8])], file_type: u8) -> Vec<u8> {
@@ -938,26 +941,6 @@ fn dir_block(bs: usize, entries: &[(u32, &[u8])], file_type: u8) -> Vec<u8> {
         b[off + 8..off + 8 + name.len()].copy_from_slice(name);
         off += rec_len;
     }
-    b
-}
-
-/// A JBD v2 journal superblock for an empty journal, in a whole block.
-fn journal_superblock(bs: usize, maxlen: u32, uuid: &[u8; 16]) -> Vec<u8> {
-    let mut b = vec![0u8; bs];
-    let fields: [(usize, u32); 8] = [
-        (0x00, 0xC03B_3998),
-        (0x04, 4),
-        (0x08, 0),
-        (0x0C, bs as u32),
-        (0x10, maxlen),
-        (0x14, 1),
-        (0x18, 1),
-        (0x40, 1),
-    ];
-    for (off, v) in fields {
-        b[off..off + 4].copy_from_slice(&v.to_be_bytes());
-    }
-    b[0x30..0x40].copy_from_slice(uuid);
     b
 }
 

@@ -19,56 +19,12 @@ use crate::format::inode::EXT2_N_BLOCKS;
 use crate::format::{BlockNo, Corruption, FormatError, InodeNo, Location};
 use crate::journal::Handle;
 
-pub const EXT3_NDIR_BLOCKS: u32 = 12;
+pub use crate::format::indirect::EXT3_NDIR_BLOCKS;
+use crate::format::indirect::{block_to_path, BlockPath};
 
-/// Where a logical block's pointer lives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Path {
-    /// 1 for direct blocks, up to 4 for triple indirect.
-    pub depth: usize,
-    /// The slot at each level: `offsets[0]` indexes `i_block`.
-    pub offsets: [u32; 4],
-    /// How many more logical blocks share the last-level pointer block.
-    pub blocks_to_boundary: u32,
-}
-
-/// Maps a logical block to its pointer path (ext3_block_to_path).
-pub fn block_to_path(logical: u32, ptrs: u32) -> Option<Path> {
-    let p = ptrs as u64;
-    let mut l = logical as u64;
-    let path = |depth, offsets, last: u64, span: u64| Path {
-        depth,
-        offsets,
-        blocks_to_boundary: (span - 1 - last) as u32,
-    };
-    if l < EXT3_NDIR_BLOCKS as u64 {
-        return Some(path(1, [l as u32, 0, 0, 0], l, EXT3_NDIR_BLOCKS as u64));
-    }
-    l -= EXT3_NDIR_BLOCKS as u64;
-    if l < p {
-        return Some(path(2, [12, l as u32, 0, 0], l, p));
-    }
-    l -= p;
-    if l < p * p {
-        return Some(path(3, [13, (l / p) as u32, (l % p) as u32, 0], l % p, p));
-    }
-    l -= p * p;
-    if l < p * p * p {
-        let offsets = [
-            14,
-            (l / (p * p)) as u32,
-            ((l / p) % p) as u32,
-            (l % p) as u32,
-        ];
-        return Some(path(4, offsets, l % p, p));
-    }
-    None
-}
-
-/// The number of logical blocks the block map can address.
-pub fn max_blocks(ptrs: u32) -> u64 {
-    let p = ptrs as u64;
-    EXT3_NDIR_BLOCKS as u64 + p + p * p + p * p * p
+/// The path of `logical` for this block size, or EFBIG past the map's reach.
+fn path_of(block_size: u32, logical: u32) -> Result<BlockPath> {
+    block_to_path(block_size, logical as u64).map_err(|_| FsError::FileTooBig)
 }
 
 /// A mapped run.
@@ -103,10 +59,6 @@ enum Leaf {
 }
 
 impl Filesystem {
-    fn ptrs_per_block(&self) -> u32 {
-        self.block_size / 4
-    }
-
     /// Checks a block pointer read from disk before it is followed.
     pub(crate) fn check_block_ptr(&self, ino: InodeNo, b: u32) -> Result<BlockNo> {
         self.check_ptr(ino, b)
@@ -134,13 +86,13 @@ impl Filesystem {
         logical: u32,
         max: u32,
     ) -> Result<Mapping> {
-        let path = block_to_path(logical, self.ptrs_per_block()).ok_or(FsError::FileTooBig)?;
+        let path = path_of(self.block_size, logical)?;
         let (leaf, _) = self.walk(ino, st, &path, None)?;
         let max = max.clamp(1, path.blocks_to_boundary + 1);
         let Some(leaf) = leaf else {
             return Ok(hole_mapping(max, &path));
         };
-        let last = path.offsets[path.depth - 1];
+        let last = path.offsets()[path.depth - 1];
         let read = |i: u32| match &leaf {
             Leaf::Inode => st.disk.i_block[i as usize],
             Leaf::Block(b) => slot(&b.read(), i),
@@ -191,13 +143,13 @@ impl Filesystem {
         &self,
         ino: InodeNo,
         st: &InodeState,
-        path: &Path,
+        path: &BlockPath,
         mut alloc: Option<(&mut Handle<'_>, &mut AllocCtx)>,
     ) -> Result<(Option<Leaf>, bool)> {
         if path.depth == 1 {
             return Ok((Some(Leaf::Inode), false));
         }
-        let mut ptr = st.disk.i_block[path.offsets[0] as usize];
+        let mut ptr = st.disk.i_block[path.offsets()[0] as usize];
         let mut parent: Option<Arc<Buffer>> = None;
         let mut changed_inode = false;
         for level in 1..path.depth {
@@ -208,12 +160,12 @@ impl Filesystem {
                 ptr = self.alloc_pointer_block(h, ctx)?.0;
                 match &parent {
                     None => {
-                        ctx.set_i_block(path.offsets[0] as usize, ptr);
+                        ctx.set_i_block(path.offsets()[0] as usize, ptr);
                         changed_inode = true;
                     }
                     Some(p) => {
                         h.get_write_access(p)?;
-                        set_slot(&mut p.write(), path.offsets[level - 1], ptr);
+                        set_slot(&mut p.write(), path.offsets()[level - 1], ptr);
                         h.dirty_metadata(p)?;
                     }
                 }
@@ -221,7 +173,7 @@ impl Filesystem {
             let b = self.check_ptr(ino, ptr)?;
             let buf = self.cache.get(b)?;
             let next = if level + 1 < path.depth {
-                slot(&buf.read(), path.offsets[level])
+                slot(&buf.read(), path.offsets()[level])
             } else {
                 0
             };
@@ -257,7 +209,7 @@ impl Filesystem {
         if existing.physical.is_some() {
             return Ok(existing);
         }
-        let path = block_to_path(logical, self.ptrs_per_block()).ok_or(FsError::FileTooBig)?;
+        let path = path_of(self.block_size, logical)?;
         let mut ctx = AllocCtx {
             goal: self.alloc_goal(ino, st, logical),
             privileged,
@@ -268,7 +220,7 @@ impl Filesystem {
         let leaf = leaf.ok_or(FsError::Invalid("block map walk found no leaf"))?;
         let want = existing.count.clamp(1, path.blocks_to_boundary + 1);
         let (first, n) = self.alloc_blocks(h, ctx.goal, want, privileged)?;
-        let last = path.offsets[path.depth - 1];
+        let last = path.offsets()[path.depth - 1];
         match &leaf {
             Leaf::Inode => {
                 for i in 0..n {
@@ -320,7 +272,7 @@ impl Filesystem {
     }
 }
 
-fn hole_mapping(count: u32, path: &Path) -> Mapping {
+fn hole_mapping(count: u32, path: &BlockPath) -> Mapping {
     Mapping {
         physical: None,
         count,
@@ -342,42 +294,5 @@ struct AllocCtx {
 impl AllocCtx {
     fn set_i_block(&mut self, i: usize, v: u32) {
         self.i_block[i] = v;
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn paths_at_every_edge() {
-        for bs in [1024u32, 2048, 4096] {
-            let p = bs / 4;
-            let pp = p * p;
-            let cases = [
-                (0, 1, 11),
-                (11, 1, 0),
-                (12, 2, p - 1),
-                (12 + p - 1, 2, 0),
-                (12 + p, 3, p - 1),
-                (12 + p + pp - 1, 3, 0),
-            ];
-            for (l, depth, boundary) in cases {
-                let path = block_to_path(l, p).unwrap();
-                assert_eq!(path.depth, depth, "bs {bs} block {l}");
-                assert_eq!(path.blocks_to_boundary, boundary, "bs {bs} block {l}");
-            }
-            if (12 + p as u64 + pp as u64) < u32::MAX as u64 {
-                let path = block_to_path(12 + p + pp, p).unwrap();
-                assert_eq!((path.depth, path.offsets), (4, [14, 0, 0, 0]));
-            }
-            let last = max_blocks(p) - 1;
-            if last <= u32::MAX as u64 {
-                assert_eq!(block_to_path(last as u32, p).unwrap().blocks_to_boundary, 0);
-                if last < u32::MAX as u64 {
-                    assert!(block_to_path(last as u32 + 1, p).is_none());
-                }
-            }
-        }
     }
 }

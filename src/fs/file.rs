@@ -21,15 +21,7 @@ impl Filesystem {
     /// The largest file size ext3 allows for this block size: the block map
     /// limit, and `i_blocks` counting 2^32 sectors (no huge_file).
     pub fn max_file_size(&self) -> u64 {
-        let bs = self.block_size as u64;
-        let p = bs / 4;
-        let map_limit = super::bmap::max_blocks(p as u32) * bs;
-        let sectors_per_block = bs / 512;
-        // Data blocks plus the pointer blocks they need must fit in i_blocks.
-        let max_blocks = (u32::MAX as u64) / sectors_per_block;
-        let meta = 1 + 1 + p + (max_blocks / (p * p)).max(1);
-        let by_iblocks = (max_blocks - meta) * bs;
-        map_limit.min(by_iblocks).min(i64::MAX as u64)
+        crate::format::indirect::ext3_max_size(self.block_size).unwrap_or(0)
     }
 
     /// Reads up to `size` bytes at `offset`; holes read as zeros.

@@ -35,7 +35,7 @@ impl Filesystem {
         start: u64,
     ) -> Result<()> {
         let mut list = FreeList::default();
-        for i in 0..EXT3_NDIR_BLOCKS as usize {
+        for i in 0..EXT3_NDIR_BLOCKS {
             if i as u64 >= start && st.disk.i_block[i] != 0 {
                 list.push(st.disk.i_block[i]);
                 st.disk.i_block[i] = 0;
