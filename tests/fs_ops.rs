@@ -292,3 +292,72 @@ fn full_disk_gives_enospc_and_keeps_data() {
     drop(fs);
     e2fsck_clean(&img);
 }
+
+#[test]
+fn xattrs_in_inode_in_blocks_and_shared() {
+    use jbdfs::fs::xattr::SetMode;
+    for (bs, isize) in [(4096u32, 256u16), (1024, 128)] {
+        let dir = if std::path::Path::new("/dev/shm").is_dir() {
+            "/dev/shm"
+        } else {
+            "/tmp"
+        };
+        let path = PathBuf::from(dir).join(format!("jbdfs-xattr-{}-{bs}.img", std::process::id()));
+        let req = Request {
+            options: MkfsOptions {
+                block_size: Some(bs),
+                inode_size: isize,
+                ..Default::default()
+            },
+            size: Some(32 << 20),
+            quiet: true,
+            ..Default::default()
+        };
+        make_filesystem(&path, &req).unwrap();
+        let img = Image(path);
+        let fs = mount(&img);
+        let (a, _) = fs.mknod(ROOT, b"a", 0o100644, 0, ME).unwrap();
+        let (b, _) = fs.mknod(ROOT, b"b", 0o100644, 0, ME).unwrap();
+        for f in [a, b] {
+            fs.setxattr(f, b"user.small", b"v", SetMode::Either)
+                .unwrap();
+            fs.setxattr(f, b"user.big", &pattern(600, 1), SetMode::Either)
+                .unwrap();
+            fs.setxattr(f, b"trusted.t", b"trusted value", SetMode::Create)
+                .unwrap();
+        }
+        assert!(matches!(
+            fs.setxattr(a, b"trusted.t", b"x", SetMode::Create),
+            Err(FsError::Exists)
+        ));
+        assert!(matches!(
+            fs.setxattr(a, b"user.none", b"x", SetMode::Replace),
+            Err(FsError::NoData)
+        ));
+        assert_eq!(fs.getxattr(a, b"user.big").unwrap(), pattern(600, 1));
+        let list = fs.listxattr(b).unwrap();
+        assert_eq!(list.split(|&c| c == 0).filter(|n| !n.is_empty()).count(), 3);
+        // Identical attribute sets share one block.
+        let (ia, ib) = (fs.getattr(a).unwrap(), fs.getattr(b).unwrap());
+        assert_ne!(ia.i_file_acl, 0);
+        assert_eq!(
+            ia.i_file_acl, ib.i_file_acl,
+            "identical xattrs share a block"
+        );
+        // Changing one copies it out; removing all frees it.
+        fs.setxattr(a, b"security.s", b"label", SetMode::Either)
+            .unwrap();
+        assert_ne!(fs.getattr(a).unwrap().i_file_acl, ib.i_file_acl);
+        assert_eq!(fs.getxattr(b, b"user.big").unwrap(), pattern(600, 1));
+        fs.removexattr(b, b"user.big").unwrap();
+        assert!(matches!(fs.getxattr(b, b"user.big"), Err(FsError::NoData)));
+        assert!(matches!(
+            fs.getxattr(b, b"bogus.x"),
+            Err(FsError::NotSupported)
+        ));
+        fs.unlink(ROOT, b"a").unwrap();
+        fs.unmount().unwrap();
+        drop(fs);
+        e2fsck_clean(&img);
+    }
+}

@@ -54,6 +54,8 @@ pub struct Filesystem {
     pub(crate) orphans: Mutex<Vec<crate::format::InodeNo>>,
     /// Serialises renames across directories (see rename.rs).
     pub(crate) rename_lock: Mutex<()>,
+    /// Shareable xattr blocks (see xattr.rs).
+    pub(crate) xattr_share: super::xattr::XattrShare,
 }
 
 /// Reads and validates the primary superblock.
@@ -193,6 +195,7 @@ impl Filesystem {
             free_inodes: AtomicI64::new(free_inodes),
             orphans: Mutex::new(Vec::new()),
             rename_lock: Mutex::new(()),
+            xattr_share: Default::default(),
         });
         if !read_only {
             fs.mark_mounted()?;

@@ -1,16 +1,244 @@
-//! Extended attributes (Linux: fs/ext3/xattr.c): external attribute blocks
-//! are shared between inodes with identical attributes and refcounted in
-//! their header.
+//! Extended attributes (Linux: fs/ext3/xattr.c). Attributes live in the
+//! inode's spare bytes when they fit, the rest in one external block. A
+//! block is shared by every inode with identical attributes and refcounted
+//! in its header, as ext3 does through its mbcache: here an in-memory index
+//! from block hash to blocks plays that part.
+
+use std::collections::HashMap;
+
+use parking_lot::Mutex;
 
 use super::inode::InodeState;
-use super::{Filesystem, Result};
-use crate::format::{BlockNo, InodeNo};
+use super::{Filesystem, FsError, Result};
+use crate::format::xattr::{self as fx, Xattr};
+use crate::format::{BlockNo, Corruption, InodeNo, Location};
 use crate::journal::Handle;
 
-/// `h_magic` of an xattr block.
-const EXT2_XATTR_MAGIC: u32 = 0xEA02_0000;
+/// ext3's EXT3_XATTR_REFCOUNT_MAX: a block shared by this many inodes is
+/// not shared further.
+const REFCOUNT_MAX: u32 = 1024;
+const XATTR_CREDITS: u32 = 8;
+
+/// setxattr's XATTR_CREATE and XATTR_REPLACE.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SetMode {
+    #[default]
+    Either,
+    Create,
+    Replace,
+}
+
+/// Known shareable xattr blocks by hash (the mbcache's job).
+#[derive(Default)]
+pub struct XattrShare {
+    blocks: Mutex<HashMap<u32, Vec<BlockNo>>>,
+}
 
 impl Filesystem {
+    fn corrupt_xattr(&self, ino: InodeNo, e: crate::format::FormatError) -> FsError {
+        Corruption::new(Location::Inode(ino), e).into()
+    }
+
+    /// The inode's attributes: (in the inode, in its block).
+    fn xattr_lists(&self, ino: InodeNo, st: &InodeState) -> Result<(Vec<Xattr>, Vec<Xattr>)> {
+        let ibody =
+            fx::parse_ibody(st.disk.xattr_area()).map_err(|e| self.corrupt_xattr(ino, e))?;
+        let block = match st.disk.i_file_acl {
+            0 => Vec::new(),
+            b => {
+                let b = self.check_block_ptr(ino, b)?;
+                let buf = self.cache.get(b)?;
+                let data = buf.read();
+                fx::parse_block(&data)
+                    .map_err(|e| Corruption::new(Location::Block(b), e))?
+                    .entries
+            }
+        };
+        Ok((ibody, block))
+    }
+
+    pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
+        let key = Xattr::from_full_name(name, Vec::new()).map_err(|_| FsError::NotSupported)?;
+        let inode = self.iget(ino)?;
+        let st = inode.state.read();
+        let (a, b) = self.xattr_lists(ino, &st)?;
+        a.into_iter()
+            .chain(b)
+            .find(|x| x.name_index == key.name_index && x.name == key.name)
+            .map(|x| x.value)
+            .ok_or(FsError::NoData)
+    }
+
+    /// Full names, each followed by a NUL, as listxattr returns them.
+    pub fn listxattr(&self, ino: InodeNo) -> Result<Vec<u8>> {
+        let inode = self.iget(ino)?;
+        let st = inode.state.read();
+        let (a, b) = self.xattr_lists(ino, &st)?;
+        let mut out = Vec::new();
+        for x in a.into_iter().chain(b) {
+            if let Some(n) = x.full_name() {
+                out.extend_from_slice(&n);
+                out.push(0);
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn setxattr(&self, ino: InodeNo, name: &[u8], value: &[u8], mode: SetMode) -> Result<()> {
+        if name.len() > 255 {
+            return Err(FsError::Range);
+        }
+        let new = Xattr::from_full_name(name, value.to_vec()).map_err(|_| FsError::NotSupported)?;
+        self.change_xattrs(ino, |list| {
+            let pos = list
+                .iter()
+                .position(|x| x.name_index == new.name_index && x.name == new.name);
+            match (pos, mode) {
+                (Some(_), SetMode::Create) => return Err(FsError::Exists),
+                (None, SetMode::Replace) => return Err(FsError::NoData),
+                (Some(i), _) => list[i] = new.clone(),
+                (None, _) => list.push(new.clone()),
+            }
+            Ok(())
+        })
+    }
+
+    pub fn removexattr(&self, ino: InodeNo, name: &[u8]) -> Result<()> {
+        let key = Xattr::from_full_name(name, Vec::new()).map_err(|_| FsError::NotSupported)?;
+        self.change_xattrs(ino, |list| {
+            let before = list.len();
+            list.retain(|x| !(x.name_index == key.name_index && x.name == key.name));
+            if list.len() == before {
+                Err(FsError::NoData)
+            } else {
+                Ok(())
+            }
+        })
+    }
+
+    fn change_xattrs(
+        &self,
+        ino: InodeNo,
+        edit: impl FnOnce(&mut Vec<Xattr>) -> Result<()>,
+    ) -> Result<()> {
+        if self.read_only {
+            return Err(FsError::ReadOnly);
+        }
+        let inode = self.iget(ino)?;
+        let mut st = inode.state.write();
+        let (a, b) = self.xattr_lists(ino, &st)?;
+        let mut list: Vec<Xattr> = a.into_iter().chain(b).collect();
+        edit(&mut list)?;
+        let mut h = self.journal.start(XATTR_CREDITS)?;
+        let res = self.store_xattrs(&mut h, ino, &mut st, list);
+        if res.is_ok() {
+            let (sec, nsec) = crate::util::now();
+            st.disk.i_ctime = crate::format::inode::Timestamp { sec, nsec };
+        }
+        let wrote = res.and_then(|()| self.write_inode(&mut h, ino, &st.disk));
+        let stopped = h.stop();
+        wrote?;
+        stopped?;
+        Ok(())
+    }
+
+    /// Places `list` in the inode (smallest first) and the rest in a block.
+    fn store_xattrs(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        st: &mut InodeState,
+        mut list: Vec<Xattr>,
+    ) -> Result<()> {
+        list.sort_by_key(|x| fx::entry_len(x.name.len()) + fx::value_len(x.value.len()));
+        let area_len = st.disk.xattr_area().len();
+        let mut split = list.len();
+        let ibody = loop {
+            match fx::build_ibody(area_len, &list[..split])
+                .map_err(|_| FsError::Invalid("bad xattr"))?
+            {
+                Some(area) => break area,
+                None if split > 0 => split -= 1,
+                None => break vec![0; area_len],
+            }
+        };
+        let rest = list.split_off(split);
+        st.disk.set_xattr_area(&ibody);
+        self.store_block(h, ino, st, rest)
+    }
+
+    /// Points the inode at a block holding exactly `list` (or none).
+    fn store_block(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        st: &mut InodeState,
+        list: Vec<Xattr>,
+    ) -> Result<()> {
+        let mut share = self.xattr_share.blocks.lock();
+        if st.disk.i_file_acl != 0 {
+            self.xattr_release_block_locked(h, ino, st, &mut share)?;
+        }
+        if list.is_empty() {
+            return Ok(());
+        }
+        let bs = self.block_size as usize;
+        let block = fx::build_block(bs, 1, &list)
+            .map_err(|_| FsError::Invalid("bad xattr"))?
+            .ok_or(FsError::NoSpace)?;
+        let hash = u32::from_le_bytes([block[12], block[13], block[14], block[15]]);
+        let sectors = (self.block_size / 512) as u64;
+        if let Some(b) = self.find_shared(h, hash, &block, &share)? {
+            st.disk.i_file_acl = b.0;
+            st.disk.i_blocks += sectors;
+            return Ok(());
+        }
+        let goal = {
+            let sb = self.sb.lock();
+            sb.group_first_block(sb.inode_group(ino.0).0)
+        };
+        let (b, _) = self.alloc_blocks(h, goal, 1, true)?;
+        let buf = self.cache.get_new(b)?;
+        h.get_write_access(&buf)?;
+        buf.write().copy_from_slice(&block);
+        h.dirty_metadata(&buf)?;
+        share.entry(hash).or_default().push(b);
+        st.disk.i_file_acl = b.0;
+        st.disk.i_blocks += sectors;
+        Ok(())
+    }
+
+    /// A known block with the same attributes, its refcount raised.
+    fn find_shared(
+        &self,
+        h: &mut Handle<'_>,
+        hash: u32,
+        want: &[u8],
+        share: &HashMap<u32, Vec<BlockNo>>,
+    ) -> Result<Option<BlockNo>> {
+        let Some(cands) = share.get(&hash) else {
+            return Ok(None);
+        };
+        for &b in cands {
+            let buf = self.cache.get(b)?;
+            let refs = {
+                let d = buf.read();
+                let refs = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
+                // Same content apart from the refcount field.
+                let same = d[..4] == want[..4] && d[8..] == want[8..];
+                if !same || refs == 0 || refs >= REFCOUNT_MAX {
+                    continue;
+                }
+                refs
+            };
+            h.get_write_access(&buf)?;
+            buf.write()[4..8].copy_from_slice(&(refs + 1).to_le_bytes());
+            h.dirty_metadata(&buf)?;
+            return Ok(Some(b));
+        }
+        Ok(None)
+    }
+
     /// Drops `st`'s reference to its attribute block, freeing the block
     /// when it was the last one.
     pub(crate) fn xattr_release_block(
@@ -18,6 +246,17 @@ impl Filesystem {
         h: &mut Handle<'_>,
         ino: InodeNo,
         st: &mut InodeState,
+    ) -> Result<()> {
+        let mut share = self.xattr_share.blocks.lock();
+        self.xattr_release_block_locked(h, ino, st, &mut share)
+    }
+
+    fn xattr_release_block_locked(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        st: &mut InodeState,
+        share: &mut HashMap<u32, Vec<BlockNo>>,
     ) -> Result<()> {
         let block = st.disk.i_file_acl;
         st.disk.i_file_acl = 0;
@@ -42,7 +281,7 @@ impl Filesystem {
                 u32::from_le_bytes([d[4], d[5], d[6], d[7]]),
             )
         };
-        if magic != EXT2_XATTR_MAGIC {
+        if magic != fx::EXT2_XATTR_MAGIC {
             tracing::error!(
                 inode = ino.0,
                 block,
@@ -51,7 +290,11 @@ impl Filesystem {
             return Ok(());
         }
         if refs <= 1 {
-            return self.free_blocks(h, BlockNo(block), 1);
+            drop(buf);
+            for blocks in share.values_mut() {
+                blocks.retain(|&x| x != b);
+            }
+            return self.free_blocks(h, b, 1);
         }
         h.get_write_access(&buf)?;
         buf.write()[4..8].copy_from_slice(&(refs - 1).to_le_bytes());

@@ -19,6 +19,7 @@ use fuser::{
 use crate::format::inode::Inode;
 use crate::format::InodeNo;
 use crate::fs::namei::{Caller, RenameFlags, SetAttr};
+use crate::fs::xattr::SetMode;
 use crate::fs::{Filesystem, FsError};
 
 pub use attr::file_attr;
@@ -94,6 +95,18 @@ impl JbdFuse {
             }
             Err(e) => reply.error(errno(&e)),
         }
+    }
+}
+
+/// getxattr/listxattr: the size when asked for it, ERANGE when the
+/// caller's buffer is too small.
+fn sized(reply: ReplyXattr, data: &[u8], size: u32) {
+    if size == 0 {
+        reply.size(data.len() as u32);
+    } else if (size as usize) < data.len() {
+        reply.error(Errno::from_i32(libc::ERANGE));
+    } else {
+        reply.data(data);
     }
 }
 
@@ -496,37 +509,45 @@ impl fuser::Filesystem for JbdFuse {
     fn setxattr(
         &self,
         _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _value: &[u8],
-        _flags: i32,
+        ino: INodeNo,
+        name: &OsStr,
+        value: &[u8],
+        flags: i32,
         _pos: u32,
         reply: ReplyEmpty,
     ) {
-        reply.error(Errno::from_i32(libc::EOPNOTSUPP));
+        let _s = tracing::debug_span!("setxattr", ino = ino.0, ?name, len = value.len()).entered();
+        let mode = match flags {
+            0 => SetMode::Either,
+            libc::XATTR_CREATE => SetMode::Create,
+            libc::XATTR_REPLACE => SetMode::Replace,
+            _ => return reply.error(Errno::EINVAL),
+        };
+        empty(
+            reply,
+            self.fs.setxattr(to_ext3(ino), name.as_bytes(), value, mode),
+        );
     }
 
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(Errno::from_i32(libc::ENODATA));
-    }
-
-    fn listxattr(&self, _req: &Request, _ino: INodeNo, size: u32, reply: ReplyXattr) {
-        if size == 0 {
-            reply.size(0);
-        } else {
-            reply.data(&[]);
+    fn getxattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, size: u32, reply: ReplyXattr) {
+        let _s = tracing::debug_span!("getxattr", ino = ino.0, ?name, size).entered();
+        match self.fs.getxattr(to_ext3(ino), name.as_bytes()) {
+            Ok(v) => sized(reply, &v, size),
+            Err(e) => reply.error(errno(&e)),
         }
     }
 
-    fn removexattr(&self, _req: &Request, _ino: INodeNo, _name: &OsStr, reply: ReplyEmpty) {
-        reply.error(Errno::from_i32(libc::ENODATA));
+    fn listxattr(&self, _req: &Request, ino: INodeNo, size: u32, reply: ReplyXattr) {
+        let _s = tracing::debug_span!("listxattr", ino = ino.0, size).entered();
+        match self.fs.listxattr(to_ext3(ino)) {
+            Ok(v) => sized(reply, &v, size),
+            Err(e) => reply.error(errno(&e)),
+        }
+    }
+
+    fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let _s = tracing::debug_span!("removexattr", ino = ino.0, ?name).entered();
+        empty(reply, self.fs.removexattr(to_ext3(ino), name.as_bytes()));
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
