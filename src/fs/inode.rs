@@ -27,6 +27,18 @@ pub struct InodeState {
     pub dir_index: Option<super::dir::DirIndex>,
 }
 
+impl InodeState {
+    pub fn new(disk: Inode) -> Self {
+        InodeState {
+            disk,
+            nlookup: 0,
+            open_count: 0,
+            last_alloc: None,
+            dir_index: None,
+        }
+    }
+}
+
 #[derive(Debug)]
 pub struct InodeRef {
     pub ino: InodeNo,
@@ -119,13 +131,7 @@ impl Filesystem {
         let r = shard.entry(ino.0).or_insert_with(|| {
             Arc::new(InodeRef {
                 ino,
-                state: RwLock::new(InodeState {
-                    disk,
-                    nlookup: 0,
-                    open_count: 0,
-                    last_alloc: None,
-                    dir_index: None,
-                }),
+                state: RwLock::new(InodeState::new(disk)),
             })
         });
         Ok(r.clone())
@@ -135,13 +141,7 @@ impl Filesystem {
     pub(crate) fn iget_new(&self, ino: InodeNo, disk: Inode) -> Arc<InodeRef> {
         let r = Arc::new(InodeRef {
             ino,
-            state: RwLock::new(InodeState {
-                disk,
-                nlookup: 0,
-                open_count: 0,
-                last_alloc: None,
-                dir_index: None,
-            }),
+            state: RwLock::new(InodeState::new(disk)),
         });
         self.inodes.shard(ino).lock().insert(ino.0, r.clone());
         r

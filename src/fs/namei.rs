@@ -141,16 +141,7 @@ impl Filesystem {
         disk.i_crtime = t;
         disk.i_links_count = 1;
         disk.i_generation = self.next_generation();
-        Ok((
-            ino,
-            InodeState {
-                disk,
-                nlookup: 0,
-                open_count: 0,
-                last_alloc: None,
-                dir_index: None,
-            },
-        ))
+        Ok((ino, InodeState::new(disk)))
     }
 
     fn next_generation(&self) -> u32 {

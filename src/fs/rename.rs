@@ -162,13 +162,7 @@ impl Filesystem {
         }
         let mut h = self.journal.start(RENAME_CREDITS)?;
         let res = self.rename_same_dir_in(&mut h, dir, st, oname, nname, flags, src, target);
-        let stop = h.stop();
-        let freed = res?;
-        stop?;
-        if let Some(ino) = freed {
-            self.release_inode_if_unused(&self.iget(ino)?)?;
-        }
-        Ok(())
+        self.finish_rename(h, res)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -221,6 +215,17 @@ impl Filesystem {
         st.disk.i_ctime = st.disk.i_mtime;
         self.write_inode(h, dir, &st.disk)?;
         Ok(freed)
+    }
+
+    /// Ends the rename's handle, then frees a replaced target nobody holds.
+    fn finish_rename(&self, h: Handle<'_>, res: Result<Option<InodeNo>>) -> Result<()> {
+        let stop = h.stop();
+        let freed = res?;
+        stop?;
+        if let Some(ino) = freed {
+            self.release_inode_if_unused(&self.iget(ino)?)?;
+        }
+        Ok(())
     }
 
     /// Checks that `target` may be replaced by `src`.
@@ -290,13 +295,7 @@ impl Filesystem {
     ) -> Result<()> {
         let mut h = self.journal.start(RENAME_CREDITS)?;
         let res = self.rename_apply_in(&mut h, op, ost, oname, np, nst, nname, flags, &p);
-        let stop = h.stop();
-        let freed = res?;
-        stop?;
-        if let Some(ino) = freed {
-            self.release_inode_if_unused(&self.iget(ino)?)?;
-        }
-        Ok(())
+        self.finish_rename(h, res)
     }
 
     #[allow(clippy::too_many_arguments)]
