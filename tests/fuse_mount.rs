@@ -207,3 +207,62 @@ fn serves_a_block_device_and_read_only_mounts() {
     m.unmount();
     e2fsck_clean(&image);
 }
+
+/// 16 threads create, write, rename and delete in shared directories through
+/// the kernel for a minute (JBDFS_STRESS_SECS overrides): no deadlock, no
+/// error other than the expected races, and e2fsck clean afterwards.
+#[test]
+fn sixteen_threads_for_a_minute() {
+    if let Some(why) = can_fuse() {
+        eprintln!("skipping FUSE test: {why}");
+        return;
+    }
+    let secs: u64 = std::env::var("JBDFS_STRESS_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(60);
+    let mut m = Mounted::new(512 << 20, 4096);
+    for d in 0..4 {
+        std::fs::create_dir(m.dir.join(format!("d{d}"))).unwrap();
+    }
+    let stop = Instant::now() + Duration::from_secs(secs);
+    let ops = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let threads: Vec<_> = (0..16u64)
+        .map(|t| {
+            let dir = m.dir.clone();
+            let ops = ops.clone();
+            std::thread::spawn(move || {
+                let mut x = t.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+                while Instant::now() < stop {
+                    x ^= x << 13;
+                    x ^= x >> 7;
+                    x ^= x << 17;
+                    let a = dir.join(format!("d{}/f{}", x % 4, (x >> 8) % 64));
+                    let b = dir.join(format!("d{}/f{}", (x >> 16) % 4, (x >> 24) % 64));
+                    let r = match x % 6 {
+                        0 | 1 => std::fs::write(&a, vec![t as u8; ((x >> 32) % 20000) as usize]),
+                        2 => std::fs::rename(&a, &b),
+                        3 => std::fs::remove_file(&a),
+                        4 => std::fs::read_dir(a.parent().unwrap()).map(|d| drop(d.count())),
+                        _ => std::fs::hard_link(&a, &b),
+                    };
+                    if let Err(e) = r {
+                        let expected =
+                            matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::EEXIST));
+                        assert!(expected, "unexpected error {e} on {}", a.display());
+                    }
+                    ops.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    eprintln!(
+        "{} operations in {secs} s",
+        ops.load(std::sync::atomic::Ordering::Relaxed)
+    );
+    m.unmount();
+    e2fsck_clean(&m.image);
+}

@@ -25,6 +25,9 @@ pub struct InodeState {
     pub last_alloc: Option<BlockNo>,
     /// A directory's name index, built on first lookup.
     pub dir_index: Option<super::dir::DirIndex>,
+    /// The inode was deleted; this state must not be used to free it again
+    /// (its number may already belong to a new inode).
+    pub freed: bool,
 }
 
 impl InodeState {
@@ -35,6 +38,7 @@ impl InodeState {
             open_count: 0,
             last_alloc: None,
             dir_index: None,
+            freed: false,
         }
     }
 }

@@ -316,6 +316,7 @@ impl Filesystem {
         if self.read_only {
             return Ok(());
         }
+        self.release_all_orphans()?;
         self.sb.lock().s_state |= sbm::EXT2_VALID_FS;
         self.sync()
     }

@@ -68,10 +68,14 @@ impl Filesystem {
         }
     }
 
-    /// Frees an inode with no links once nothing holds it open.
+    /// Frees an inode with no links once nothing holds it open and the
+    /// kernel has forgotten it: FUSE must never see an inode number reused
+    /// while it still knows the old inode (it would mark that one bad, and
+    /// every request still using it would fail with EIO).
     pub(crate) fn release_inode_if_unused(&self, inode: &Arc<InodeRef>) -> Result<()> {
         let mut st = inode.state.write();
-        if st.disk.i_links_count != 0 || st.open_count != 0 || st.disk.i_mode == 0 {
+        let busy = st.open_count != 0 || st.nlookup != 0;
+        if st.disk.i_links_count != 0 || busy || st.disk.i_mode == 0 || st.freed {
             return Ok(());
         }
         let mut h = self.journal.start(ORPHAN_CREDITS)?;
@@ -98,6 +102,7 @@ impl Filesystem {
         st.disk.i_size = 0;
         st.disk.i_dtime = crate::util::now().0 as u32;
         self.write_inode(h, ino, &st.disk)?;
+        st.freed = true;
         self.free_inode(h, ino, is_dir)
     }
 
@@ -118,7 +123,8 @@ impl Filesystem {
         self.release_inode_if_unused(&inode)
     }
 
-    /// The kernel forgets `n` lookups of `ino`.
+    /// The kernel forgets `n` lookups of `ino`; an unlinked inode it no
+    /// longer knows is freed.
     pub fn forget(&self, ino: InodeNo, n: u64) {
         let Some(inode) = self.inodes.get(ino) else {
             return;
@@ -127,8 +133,27 @@ impl Filesystem {
             let mut st = inode.state.write();
             st.nlookup = st.nlookup.saturating_sub(n);
         }
+        if let Err(e) = self.release_inode_if_unused(&inode) {
+            tracing::error!(inode = ino.0, "freeing a forgotten inode failed: {e}");
+        }
         drop(inode);
         self.inodes.evict(ino);
+    }
+
+    /// At unmount the kernel's references are gone: free every inode that
+    /// is unlinked and was only kept for it.
+    pub(crate) fn release_all_orphans(&self) -> Result<()> {
+        let orphans: Vec<InodeNo> = self.orphans.lock().clone();
+        for ino in orphans {
+            let inode = self.iget(ino)?;
+            {
+                let mut st = inode.state.write();
+                st.nlookup = 0;
+                st.open_count = 0;
+            }
+            self.release_inode_if_unused(&inode)?;
+        }
+        Ok(())
     }
 
     /// Counts a lookup the kernel now holds.
