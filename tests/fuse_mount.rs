@@ -243,7 +243,9 @@ fn sixteen_threads_for_a_minute() {
                         0 | 1 => std::fs::write(&a, vec![t as u8; ((x >> 32) % 20000) as usize]),
                         2 => std::fs::rename(&a, &b),
                         3 => std::fs::remove_file(&a),
-                        4 => std::fs::read_dir(a.parent().unwrap()).map(|d| drop(d.count())),
+                        4 => std::fs::read_dir(a.parent().unwrap()).map(|d| {
+                            d.count();
+                        }),
                         _ => std::fs::hard_link(&a, &b),
                     };
                     if let Err(e) = r {
