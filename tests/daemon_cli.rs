@@ -190,3 +190,24 @@ fn options_are_quiet_without_debug() {
     assert_accepted(&out);
     assert!(!stderr(&out).contains("parsed mount options"));
 }
+
+#[test]
+fn ext4_images_are_refused_naming_the_features() {
+    let fx = Fixture::new("ext4");
+    let img = fx.image();
+    std::fs::write(&img, []).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(&img).unwrap();
+    f.set_len(32 << 20).unwrap();
+    let made = Command::new("mke2fs")
+        .args(["-q", "-F", "-t", "ext4", &img])
+        .status();
+    if !made.map(|s| s.success()).unwrap_or(false) {
+        eprintln!("skipping: mke2fs -t ext4 is not available");
+        return;
+    }
+    let out = jbdfs(&["-f", &img, &fx.mnt()]);
+    let err = stderr(&out);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("unsupported filesystem features"), "{err}");
+    assert!(err.contains("extent"), "{err}");
+}
