@@ -38,6 +38,12 @@ pub struct DirIndex {
     hint: usize,
 }
 
+impl DirIndex {
+    pub fn get(&self, name: &[u8]) -> Option<DirSlot> {
+        self.names.get(name).copied()
+    }
+}
+
 /// One listed entry, with the cookie that resumes after it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ListedEntry {

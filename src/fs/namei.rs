@@ -96,9 +96,21 @@ impl Filesystem {
             return Err(FsError::NameTooLong);
         }
         let dir = self.iget(parent)?;
-        let slot = {
-            let mut st = dir.state.write();
-            self.dir_lookup(parent, &mut st, name)?
+        // Lookups share the directory's lock once its index exists; only
+        // the first one builds it.
+        let cached = {
+            let st = dir.state.read();
+            if !st.disk.is_dir() {
+                return Err(FsError::NotDir);
+            }
+            st.dir_index.as_ref().map(|idx| idx.get(name))
+        };
+        let slot = match cached {
+            Some(slot) => slot,
+            None => {
+                let mut st = dir.state.write();
+                self.dir_lookup(parent, &mut st, name)?
+            }
         };
         let slot = slot.ok_or(FsError::NotFound)?;
         let child = self.iget(slot.ino)?;
