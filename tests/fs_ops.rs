@@ -361,3 +361,23 @@ fn xattrs_in_inode_in_blocks_and_shared() {
         e2fsck_clean(&img);
     }
 }
+
+#[test]
+fn files_reach_the_ext3_size_limit_and_no_further() {
+    for bs in [1024u32, 4096] {
+        let img = image(32 << 20, bs);
+        let fs = mount(&img);
+        let max = fs.max_file_size();
+        let (f, _) = fs.mknod(ROOT, b"huge", 0o100644, 0, ME).unwrap();
+        fs.write(f, max - 1, b"x", true).unwrap();
+        assert_eq!(fs.getattr(f).unwrap().i_size, max);
+        assert_eq!(fs.read(f, max - 1, 10).unwrap(), b"x");
+        assert!(matches!(
+            fs.write(f, max, b"y", true),
+            Err(FsError::FileTooBig)
+        ));
+        fs.unmount().unwrap();
+        drop(fs);
+        e2fsck_clean(&img);
+    }
+}
