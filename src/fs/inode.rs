@@ -159,7 +159,13 @@ impl Filesystem {
         inode: &Inode,
     ) -> Result<()> {
         let (block, off) = self.inode_location(ino)?;
-        let bytes = inode.to_bytes();
+        let mut bytes = inode.to_bytes();
+        if inode.i_links_count == 0 {
+            // An orphan's i_dtime is its link in the orphan chain.
+            if let Some(next) = self.orphan_next(ino) {
+                bytes[0x14..0x18].copy_from_slice(&next.to_le_bytes());
+            }
+        }
         let buf = self.cache.get(block)?;
         h.get_write_access(&buf)?;
         buf.write()[off..off + bytes.len()].copy_from_slice(&bytes);

@@ -20,52 +20,58 @@ impl Filesystem {
         ino: InodeNo,
         st: &mut InodeState,
     ) -> Result<()> {
-        let mut list = self.orphans.lock();
-        if list.contains(&ino) {
-            return Ok(());
+        {
+            let mut list = self.orphans.lock();
+            if list.contains(&ino) {
+                return Ok(());
+            }
+            st.disk.i_dtime = list.last().map_or(0, |i| i.0);
+            list.push(ino);
+            self.sb.lock().s_last_orphan = ino.0;
         }
-        let head = self.sb.lock().s_last_orphan;
-        st.disk.i_dtime = head;
-        self.sb.lock().s_last_orphan = ino.0;
-        list.push(ino);
-        drop(list);
         self.write_superblock(h)
     }
 
-    /// Takes `ino` out of the chain. The inode that points at it (the one
-    /// added after it) is locked, which is safe: that lock is only ever
-    /// taken while holding an older orphan's, never the other way.
-    fn orphan_del(&self, h: &mut Handle<'_>, ino: InodeNo, st: &mut InodeState) -> Result<()> {
-        loop {
-            let (pointer, next) = {
-                let list = self.orphans.lock();
-                let Some(pos) = list.iter().position(|&i| i == ino) else {
-                    return Ok(());
-                };
-                (list.get(pos + 1).copied(), st.disk.i_dtime)
-            };
-            let Some(p) = pointer else {
-                let mut list = self.orphans.lock();
-                if list.last() != Some(&ino) {
-                    continue;
-                }
-                list.pop();
-                self.sb.lock().s_last_orphan = next;
-                drop(list);
-                return self.write_superblock(h);
-            };
-            let pref = self.iget(p)?;
-            let mut pst = pref.state.write();
+    /// The next (older) orphan after `ino` in the chain, if `ino` is on it:
+    /// what its `i_dtime` must say on disk.
+    pub(crate) fn orphan_next(&self, ino: InodeNo) -> Option<u32> {
+        let list = self.orphans.lock();
+        let pos = list.iter().position(|&i| i == ino)?;
+        Some(if pos == 0 { 0 } else { list[pos - 1].0 })
+    }
+
+    /// Takes `ino` out of the chain. The orphan that pointed at it gets its
+    /// on-disk `i_dtime` patched in place, without taking its lock (no
+    /// inode lock may be taken inside a handle); `write_inode` keeps the
+    /// chain right for orphans whatever their in-memory copy says.
+    fn orphan_del(&self, h: &mut Handle<'_>, ino: InodeNo) -> Result<()> {
+        let (pointer, next) = {
             let mut list = self.orphans.lock();
-            let pos = list.iter().position(|&i| i == ino);
-            if pos.and_then(|i| list.get(i + 1)) != Some(&p) {
-                continue;
+            let Some(pos) = list.iter().position(|&i| i == ino) else {
+                return Ok(());
+            };
+            let next = if pos == 0 { 0 } else { list[pos - 1].0 };
+            let pointer = list.get(pos + 1).copied();
+            list.remove(pos);
+            if pointer.is_none() {
+                self.sb.lock().s_last_orphan = next;
             }
-            pst.disk.i_dtime = next;
-            list.retain(|&i| i != ino);
-            drop(list);
-            return self.write_inode(h, p, &pst.disk);
+            (pointer, next)
+        };
+        match pointer {
+            None => self.write_superblock(h),
+            Some(p) => self.patch_dtime(h, p, next),
         }
+    }
+
+    /// Rewrites only the `i_dtime` field of `ino`'s on-disk slot.
+    fn patch_dtime(&self, h: &mut Handle<'_>, ino: InodeNo, dtime: u32) -> Result<()> {
+        let (block, off) = self.inode_location(ino)?;
+        let buf = self.cache.get(block)?;
+        h.get_write_access(&buf)?;
+        buf.write()[off + 0x14..off + 0x18].copy_from_slice(&dtime.to_le_bytes());
+        h.dirty_metadata(&buf)?;
+        Ok(())
     }
 
     /// Frees an inode with no links once nothing holds it open and the
@@ -90,7 +96,7 @@ impl Filesystem {
 
     /// ext3_delete_inode: free the blocks and the inode, leave `i_dtime`.
     fn delete_inode(&self, h: &mut Handle<'_>, ino: InodeNo, st: &mut InodeState) -> Result<()> {
-        self.orphan_del(h, ino, st)?;
+        self.orphan_del(h, ino)?;
         let is_dir = st.disk.is_dir();
         let keeps_blocks = st.disk.is_fast_symlink(self.block_size) || st.disk.is_device();
         if !keeps_blocks {
@@ -199,7 +205,7 @@ impl Filesystem {
         let bs = self.block_size as u64;
         let res = self
             .free_blocks_from(&mut h, inode.ino, &mut st, size.div_ceil(bs))
-            .and_then(|()| self.orphan_del(&mut h, inode.ino, &mut st))
+            .and_then(|()| self.orphan_del(&mut h, inode.ino))
             .and_then(|()| {
                 st.disk.i_dtime = 0;
                 self.write_inode(&mut h, inode.ino, &st.disk)

@@ -3,7 +3,10 @@
 //! filesystem's rename lock first, as the VFS's s_vfs_rename_mutex does, so
 //! that the ancestry check cannot race with another rename.
 
-use super::inode::InodeState;
+use parking_lot::RwLockWriteGuard;
+
+use super::dir::DirSlot;
+use super::inode::{InodeRef, InodeState};
 use super::namei::RenameFlags;
 use super::{Filesystem, FsError, Result};
 use crate::format::dirent as de;
@@ -160,8 +163,25 @@ impl Filesystem {
         if src.ino == dir || target.is_some_and(|t| t.ino == dir) {
             return Err(FsError::Invalid("rename of a directory's own entry"));
         }
+        if target.is_some_and(|t| t.ino == src.ino) {
+            // Two names of one inode: POSIX says do nothing.
+            return Ok(());
+        }
+        // Every inode lock is taken before the handle starts (lib.rs).
+        let src_ref = self.iget(src.ino)?;
+        let tref = target.map(|t| self.iget(t.ino)).transpose()?;
+        let (mut sst, mut tst) = lock_pair(&src_ref, tref.as_deref());
         let mut h = self.journal.start(RENAME_CREDITS)?;
-        let res = self.rename_same_dir_in(&mut h, dir, st, oname, nname, flags, src, target);
+        let res = self.rename_same_dir_in(
+            &mut h,
+            dir,
+            st,
+            (oname, nname),
+            flags,
+            (src, &mut sst),
+            target.zip(tst.as_deref_mut()),
+        );
+        drop((sst, tst));
         self.finish_rename(h, res)
     }
 
@@ -171,30 +191,25 @@ impl Filesystem {
         h: &mut Handle<'_>,
         dir: InodeNo,
         st: &mut InodeState,
-        oname: &[u8],
-        nname: &[u8],
+        (oname, nname): (&[u8], &[u8]),
         flags: RenameFlags,
-        src: super::dir::DirSlot,
-        target: Option<super::dir::DirSlot>,
+        (src, sst): (DirSlot, &mut InodeState),
+        target: Option<(DirSlot, &mut InodeState)>,
     ) -> Result<Option<InodeNo>> {
-        let src_ref = self.iget(src.ino)?;
         let mut freed = None;
+        let now = now_ts();
         match target {
-            Some(t) if t.ino == src.ino && !flags.exchange => {
-                // Two names of one inode: POSIX says do nothing.
-                return Ok(None);
-            }
-            Some(t) if flags.exchange => {
+            Some((t, tst)) if flags.exchange => {
                 self.dir_retarget(h, dir, st, oname, t.ino, t.file_type)?;
                 self.dir_retarget(h, dir, st, nname, src.ino, src.file_type)?;
+                tst.disk.i_ctime = now;
+                self.write_inode(h, t.ino, &tst.disk)?;
             }
-            Some(t) => {
-                let tref = self.iget(t.ino)?;
-                let mut tst = tref.state.write();
-                self.check_replace(&src_ref.state.read().disk, t.ino, &mut tst)?;
+            Some((t, tst)) => {
+                self.check_replace(&sst.disk, t.ino, tst)?;
                 self.dir_retarget(h, dir, st, nname, src.ino, src.file_type)?;
                 self.dir_remove(h, dir, st, oname)?;
-                if self.drop_target_link(h, t.ino, &mut tst, st)? {
+                if self.drop_target_link(h, t.ino, tst, st)? {
                     freed = Some(t.ino);
                 }
             }
@@ -203,16 +218,10 @@ impl Filesystem {
                 self.dir_remove(h, dir, st, oname)?;
             }
         }
-        self.touch_renamed(h, src.ino)?;
-        if let Some(t) = target.filter(|_| flags.exchange) {
-            self.touch_renamed(h, t.ino)?;
-        }
-        let t = crate::util::now();
-        st.disk.i_mtime = crate::format::inode::Timestamp {
-            sec: t.0,
-            nsec: t.1,
-        };
-        st.disk.i_ctime = st.disk.i_mtime;
+        sst.disk.i_ctime = now;
+        self.write_inode(h, src.ino, &sst.disk)?;
+        st.disk.i_mtime = now;
+        st.disk.i_ctime = now;
         self.write_inode(h, dir, &st.disk)?;
         Ok(freed)
     }
@@ -270,17 +279,6 @@ impl Filesystem {
         Ok(gone)
     }
 
-    fn touch_renamed(&self, h: &mut Handle<'_>, ino: InodeNo) -> Result<()> {
-        let r = self.iget(ino)?;
-        let mut st = r.state.write();
-        let now = crate::util::now();
-        st.disk.i_ctime = crate::format::inode::Timestamp {
-            sec: now.0,
-            nsec: now.1,
-        };
-        self.write_inode(h, ino, &st.disk)
-    }
-
     #[allow(clippy::too_many_arguments)]
     fn rename_apply(
         &self,
@@ -293,51 +291,42 @@ impl Filesystem {
         flags: RenameFlags,
         p: Parties,
     ) -> Result<()> {
+        if p.target.is_some_and(|(t, _)| t == p.src) {
+            return Ok(());
+        }
+        let src_ref = self.iget(p.src)?;
+        let tref = p.target.map(|(t, _)| self.iget(t)).transpose()?;
+        let (mut sst, mut tst) = lock_pair(&src_ref, tref.as_deref());
         let mut h = self.journal.start(RENAME_CREDITS)?;
-        let res = self.rename_apply_in(&mut h, op, ost, oname, np, nst, nname, flags, &p);
+        let dirs = ((op, ost, oname), (np, nst, nname));
+        let res = self.rename_apply_in(&mut h, dirs, flags, &p, &mut sst, tst.as_deref_mut());
+        drop((sst, tst));
         self.finish_rename(h, res)
     }
 
-    #[allow(clippy::too_many_arguments)]
+    #[allow(clippy::type_complexity)]
     fn rename_apply_in(
         &self,
         h: &mut Handle<'_>,
-        op: InodeNo,
-        ost: &mut InodeState,
-        oname: &[u8],
-        np: InodeNo,
-        nst: &mut InodeState,
-        nname: &[u8],
+        ((op, ost, oname), (np, nst, nname)): (
+            (InodeNo, &mut InodeState, &[u8]),
+            (InodeNo, &mut InodeState, &[u8]),
+        ),
         flags: RenameFlags,
         p: &Parties,
+        sst: &mut InodeState,
+        mut tst: Option<&mut InodeState>,
     ) -> Result<Option<InodeNo>> {
-        let src_ref = self.iget(p.src)?;
-        let tref = match p.target {
-            Some((t, _)) => Some(self.iget(t)?),
-            None => None,
-        };
-        if p.target.is_some_and(|(t, _)| t == p.src) && !flags.exchange {
-            return Ok(None);
-        }
-        // Child locks in inode order.
-        let (mut sst, mut tst) = match &tref {
-            Some(t) if t.ino.0 < p.src.0 => {
-                let tg = t.state.write();
-                (src_ref.state.write(), Some(tg))
-            }
-            Some(t) => (src_ref.state.write(), Some(t.state.write())),
-            None => (src_ref.state.write(), None),
-        };
         let mut freed = None;
         let src_is_dir = sst.disk.is_dir();
         if flags.exchange {
             let (tino, ttype) = p.target.ok_or(FsError::NotFound)?;
-            let tst = tst.as_mut().ok_or(FsError::NotFound)?;
+            let tst = tst.as_deref_mut().ok_or(FsError::NotFound)?;
             self.dir_retarget(h, op, ost, oname, tino, ttype)?;
             self.dir_retarget(h, np, nst, nname, p.src, p.src_type)?;
             let tgt_is_dir = tst.disk.is_dir();
             if src_is_dir {
-                self.dir_retarget(h, p.src, &mut sst, b"..", np, de::EXT2_FT_DIR)?;
+                self.dir_retarget(h, p.src, sst, b"..", np, de::EXT2_FT_DIR)?;
             }
             if tgt_is_dir {
                 self.dir_retarget(h, tino, tst, b"..", op, de::EXT2_FT_DIR)?;
@@ -355,7 +344,7 @@ impl Filesystem {
             }
             self.write_inode(h, tino, &tst.disk)?;
         } else {
-            if let (Some((tino, _)), Some(tst)) = (p.target, tst.as_mut()) {
+            if let (Some((tino, _)), Some(tst)) = (p.target, tst.as_deref_mut()) {
                 self.check_replace(&sst.disk, tino, tst)?;
                 self.dir_retarget(h, np, nst, nname, p.src, p.src_type)?;
                 if self.drop_target_link(h, tino, tst, nst)? {
@@ -369,7 +358,7 @@ impl Filesystem {
             }
             self.dir_remove(h, op, ost, oname)?;
             if src_is_dir {
-                self.dir_retarget(h, p.src, &mut sst, b"..", np, de::EXT2_FT_DIR)?;
+                self.dir_retarget(h, p.src, sst, b"..", np, de::EXT2_FT_DIR)?;
                 ost.disk.i_links_count = ost.disk.i_links_count.saturating_sub(1);
                 nst.disk.i_links_count += 1;
             }
@@ -388,5 +377,32 @@ impl Filesystem {
         self.write_inode(h, op, &ost.disk)?;
         self.write_inode(h, np, &nst.disk)?;
         Ok(freed)
+    }
+}
+
+fn now_ts() -> crate::format::inode::Timestamp {
+    let (sec, nsec) = crate::util::now();
+    crate::format::inode::Timestamp { sec, nsec }
+}
+
+/// Write-locks two distinct inodes in ascending inode order (lib.rs).
+fn lock_pair<'a>(
+    a: &'a InodeRef,
+    b: Option<&'a InodeRef>,
+) -> (
+    RwLockWriteGuard<'a, InodeState>,
+    Option<RwLockWriteGuard<'a, InodeState>>,
+) {
+    match b {
+        Some(b) if b.ino == a.ino => (a.state.write(), None),
+        Some(b) if b.ino.0 < a.ino.0 => {
+            let bg = b.state.write();
+            (a.state.write(), Some(bg))
+        }
+        Some(b) => {
+            let ag = a.state.write();
+            (ag, Some(b.state.write()))
+        }
+        None => (a.state.write(), None),
     }
 }

@@ -1,0 +1,241 @@
+//! Commit (Linux: fs/jbd2/commit.c, journal_commit_transaction): drain the
+//! running transaction's handles, take frozen copies of its buffers, write
+//! revoke records, descriptors and the copies to the log, flush, write the
+//! commit block, flush; then the copies wait for checkpoint.
+//!
+//! File data is written to its home blocks by the write path before the
+//! handle that maps it stops, so in data=ordered it is on the device before
+//! the commit block that references it: the flush ahead of the commit block
+//! covers it.
+
+use std::io;
+use std::sync::{Arc, Weak};
+use std::time::{Duration, Instant};
+
+use super::transaction::{Checkpointed, Journal, LogArea, Transaction};
+use crate::format::jbd::{self, CommitBlock, LoggedBlock};
+
+/// A drained transaction and its frozen copies.
+struct Frozen {
+    tid: u32,
+    copies: Vec<(u32, Vec<u8>)>,
+    t: Transaction,
+}
+
+fn to_io(e: crate::format::FormatError) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, e)
+}
+
+impl Journal {
+    /// Commits the running transaction now, on the calling thread.
+    pub(super) fn commit_running(&self) -> io::Result<()> {
+        let _one = self.commit_lock.lock();
+        let Some(log) = self.log.get() else {
+            return self.cache.sync_all();
+        };
+        let Some(frozen) = self.drain() else {
+            return Ok(());
+        };
+        let started = Instant::now();
+        let res = self.write_transaction(log, &frozen);
+        match res {
+            Ok(logged) => {
+                self.finish_commit(frozen, logged, started);
+                Ok(())
+            }
+            Err(e) => {
+                self.abort(&e);
+                Err(e)
+            }
+        }
+    }
+
+    /// Locks the running transaction, waits for its handles, copies its
+    /// buffers and opens the next transaction.
+    fn drain(&self) -> Option<Frozen> {
+        let mut st = self.state.lock();
+        if st.running.is_empty() {
+            let tid = st.running.tid;
+            st.committed = st.committed.max(tid.saturating_sub(1));
+            return None;
+        }
+        st.locked = true;
+        while st.running.updates > 0 {
+            self.wake.wait(&mut st);
+        }
+        let next = Transaction::new(st.running.tid + 1);
+        let t = std::mem::replace(&mut st.running, next);
+        let copies: Vec<(u32, Vec<u8>)> = t
+            .buffers
+            .iter()
+            .map(|b| (b.block().0, b.read().to_vec()))
+            .collect();
+        st.committing = t.members.clone();
+        st.revoked_while_committing.clear();
+        st.locked = false;
+        drop(st);
+        self.wake.notify_all();
+        Some(Frozen {
+            tid: t.tid,
+            copies,
+            t,
+        })
+    }
+
+    /// Writes the transaction to the log; returns the blocks it logged.
+    fn write_transaction(&self, log: &LogArea, f: &Frozen) -> io::Result<u64> {
+        let bs = log.block_size;
+        let mut blocks: Vec<Vec<u8>> = Vec::new();
+        let mut revokes = &f.t.revokes[..];
+        while !revokes.is_empty() {
+            let (b, n) = jbd::build_revoke(bs, f.tid, revokes).map_err(to_io)?;
+            blocks.push(b);
+            revokes = &revokes[n.max(1).min(revokes.len())..];
+        }
+        let mut rest = &f.copies[..];
+        while !rest.is_empty() {
+            let tags: Vec<LoggedBlock> = rest
+                .iter()
+                .map(|(b, data)| LoggedBlock {
+                    blocknr: *b,
+                    escaped: jbd::needs_escape(data),
+                })
+                .collect();
+            let (desc, n) = jbd::build_descriptor(bs, f.tid, &log.uuid, &tags).map_err(to_io)?;
+            let n = n.max(1).min(rest.len());
+            blocks.push(desc);
+            for (_, data) in &rest[..n] {
+                let mut copy = data.clone();
+                if jbd::needs_escape(&copy) {
+                    jbd::escape(&mut copy);
+                }
+                blocks.push(copy);
+            }
+            rest = &rest[n..];
+        }
+        self.make_room(log, blocks.len() as u32 + 1)?;
+        let start = self.state.lock().head;
+        if self.state.lock().log_empty {
+            self.write_journal_superblock(log, start, f.tid)?;
+        }
+        self.write_log(log, start, &blocks)?;
+        self.barrier(log)?;
+        let (sec, nsec) = crate::util::now();
+        let commit = CommitBlock::new(f.tid, sec as u64, nsec)
+            .build(bs)
+            .map_err(to_io)?;
+        let at = start + blocks.len() as u32;
+        self.write_log(log, at, std::slice::from_ref(&commit))?;
+        self.barrier(log)?;
+        let mut st = self.state.lock();
+        st.head = at + 1;
+        st.log_empty = false;
+        Ok(blocks.len() as u64 + 1)
+    }
+
+    /// Writes `blocks` at journal block `at` onwards, one device write per
+    /// run of contiguous disk blocks.
+    fn write_log(&self, log: &LogArea, at: u32, blocks: &[Vec<u8>]) -> io::Result<()> {
+        let bs = log.block_size as u64;
+        let mut i = 0;
+        while i < blocks.len() {
+            let first = log.map[(at as usize) + i];
+            let mut n = 1;
+            while i + n < blocks.len() && log.map[(at as usize) + i + n] == first + n as u32 {
+                n += 1;
+            }
+            let slices: Vec<io::IoSlice<'_>> = blocks[i..i + n]
+                .iter()
+                .map(|b| io::IoSlice::new(b))
+                .collect();
+            self.dev.write_vectored_at(&slices, first as u64 * bs)?;
+            i += n;
+        }
+        Ok(())
+    }
+
+    pub(super) fn barrier(&self, log: &LogArea) -> io::Result<()> {
+        if log.barrier {
+            self.dev.flush()
+        } else {
+            Ok(())
+        }
+    }
+
+    /// Hands the committed copies to checkpoint and wakes the waiters.
+    fn finish_commit(&self, f: Frozen, logged: u64, started: Instant) {
+        let mut st = self.state.lock();
+        for ((block, copy), buf) in f.copies.into_iter().zip(f.t.buffers) {
+            if st.revoked_while_committing.contains(&block) {
+                buf.unpin();
+                continue;
+            }
+            if let Some(old) = st.checkpoint.insert(block, Checkpointed { buf, copy }) {
+                old.buf.unpin();
+            }
+        }
+        st.committing.clear();
+        st.revoked_while_committing.clear();
+        st.committed = st.committed.max(f.tid);
+        drop(st);
+        {
+            let mut pending = self.pending_free.lock();
+            for b in &f.t.revokes {
+                pending.remove(b);
+            }
+        }
+        let c = &self.counters;
+        use std::sync::atomic::Ordering::Relaxed;
+        c.transactions.fetch_add(1, Relaxed);
+        c.handles.fetch_add(f.t.handles as u64, Relaxed);
+        c.blocks.fetch_add(f.t.members.len() as u64, Relaxed);
+        c.logged_blocks.fetch_add(logged, Relaxed);
+        c.commit_micros
+            .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
+        self.wake.notify_all();
+    }
+
+    /// A failed log write leaves the journal unusable: every later handle
+    /// fails, as jbd aborts the journal.
+    fn abort(&self, e: &io::Error) {
+        tracing::error!("journal commit failed, aborting the journal: {e}");
+        self.state.lock().error = Some(e.to_string());
+        self.wake.notify_all();
+    }
+
+    /// The commit thread: commits on request, and every commit interval.
+    pub(super) fn run_commit_thread(journal: Weak<Journal>, interval: Duration) {
+        loop {
+            let Some(j) = journal.upgrade() else { return };
+            let due = {
+                let mut st = j.state.lock();
+                if st.commit_request <= st.committed && !st.shutdown {
+                    j.commit_wake
+                        .wait_for(&mut st, interval.min(Duration::from_millis(500)));
+                }
+                if st.shutdown {
+                    return;
+                }
+                let requested = st.commit_request > st.committed;
+                let old = st.running.started.elapsed() >= interval && !st.running.is_empty();
+                requested || old
+            };
+            if due {
+                let _ = j.commit_running();
+            }
+            drop(j);
+        }
+    }
+
+    /// Starts the commit thread for `journal`.
+    pub(super) fn spawn_commit_thread(
+        journal: &Arc<Journal>,
+        interval: Duration,
+    ) -> io::Result<()> {
+        let weak = Arc::downgrade(journal);
+        std::thread::Builder::new()
+            .name("jbdfs-commit".into())
+            .spawn(move || Journal::run_commit_thread(weak, interval))?;
+        Ok(())
+    }
+}
