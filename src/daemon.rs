@@ -27,6 +27,10 @@ pub struct DaemonConfig {
     pub allow_other: bool,
     /// Generic mount options passed on to the kernel (dev, nosuid, ...).
     pub generic: Vec<String>,
+    /// barrier=1: flush around commit blocks.
+    pub barrier: bool,
+    /// commit=N seconds.
+    pub commit_secs: u32,
 }
 
 /// Opens the backing store and mounts the filesystem in-process.
@@ -42,6 +46,10 @@ pub fn open_filesystem(cfg: &DaemonConfig) -> anyhow::Result<Arc<Filesystem>> {
     let mount_cfg = MountConfig {
         read_only: cfg.read_only,
         cache_size: cfg.cache_size,
+        journal: crate::journal::JournalConfig {
+            barrier: cfg.barrier,
+            commit_interval: std::time::Duration::from_secs(cfg.commit_secs.max(1) as u64),
+        },
     };
     Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
         let why = crate::fs::mount::refusal_reason(&*dev).unwrap_or_else(|| e.to_string());

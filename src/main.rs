@@ -94,6 +94,8 @@ fn run(args: Args) -> anyhow::Result<()> {
         direct_io: opts.direct_io,
         allow_other: opts.generic.iter().any(|o| o == "allow_other"),
         generic: opts.generic.clone(),
+        barrier: opts.barrier,
+        commit_secs: opts.commit,
     };
     daemon::check_mountable(&cfg)?;
     if foreground {

@@ -74,6 +74,8 @@ impl Mounted {
             direct_io: false,
             allow_other: false,
             generic: Vec::new(),
+            barrier: true,
+            commit_secs: 5,
         };
         let server = std::thread::spawn(move || serve(&cfg));
         let deadline = Instant::now() + Duration::from_secs(20);

@@ -106,14 +106,18 @@ impl Filesystem {
             (sb.group_first_block(g).0, sb.blocks_in_group(g))
         };
         let buf = self.cache.get(desc.block_bitmap())?;
-        let Some(start) = find_zero(&buf.read(), from, len) else {
+        let Some(start) = self.find_allocatable(&buf.read(), first, from, len) else {
             return Ok(None);
         };
         h.get_write_access(&buf)?;
         let n = {
             let mut map = buf.write();
             let mut n = 0;
-            while n < count && start + n < len && !test_bit(&map, start + n) {
+            while n < count
+                && start + n < len
+                && !test_bit(&map, start + n)
+                && !self.journal.is_pending_free(first + start + n)
+            {
                 set_bit(&mut map, start + n);
                 n += 1;
             }
@@ -125,6 +129,19 @@ impl Filesystem {
         })?;
         self.free_blocks.fetch_sub(n as i64, Ordering::Relaxed);
         Ok(Some((BlockNo(first + start), n)))
+    }
+
+    /// The first clear bit at or after `from` whose block was not freed by
+    /// a transaction still uncommitted: reusing such a block for data
+    /// could overwrite metadata that a crash would still need.
+    fn find_allocatable(&self, map: &[u8], first: u32, mut from: u32, len: u32) -> Option<u32> {
+        loop {
+            let bit = find_zero(map, from, len)?;
+            if !self.journal.is_pending_free(first + bit) {
+                return Some(bit);
+            }
+            from = bit + 1;
+        }
     }
 
     /// Frees `count` blocks from `start`, which may span groups.
@@ -172,8 +189,9 @@ impl Filesystem {
         }
         h.dirty_metadata(&buf)?;
         for i in off..off + n {
-            // A stale cached copy of a freed metadata block must never be
-            // written over the block's next owner.
+            // Neither a logged copy nor a stale cached copy of a freed
+            // block may ever be written over its next owner.
+            self.journal.revoke(first + i);
             self.cache.forget(BlockNo(first + i));
         }
         self.update_group_desc(h, g, |d| {

@@ -11,9 +11,10 @@ use super::{FsError, Result};
 use crate::cache::{Buffer, BufferCache};
 use crate::device::BlockDevice;
 use crate::format::group_desc::{GroupDesc, GROUP_DESC_SIZE};
+use crate::format::jbd::{self, JournalSuperblock};
 use crate::format::superblock::{self as sbm, feature, Superblock};
-use crate::format::{BlockNo, Corruption, FormatError, GroupNo, Location};
-use crate::journal::{Handle, Journal};
+use crate::format::{BlockNo, Corruption, FormatError, GroupNo, InodeNo, Location};
+use crate::journal::{Handle, Journal, JournalConfig};
 
 /// How to mount.
 #[derive(Clone, Debug)]
@@ -21,6 +22,7 @@ pub struct MountConfig {
     pub read_only: bool,
     /// Bytes of metadata the buffer cache may hold.
     pub cache_size: usize,
+    pub journal: JournalConfig,
 }
 
 impl Default for MountConfig {
@@ -28,6 +30,7 @@ impl Default for MountConfig {
         MountConfig {
             read_only: false,
             cache_size: 256 << 20,
+            journal: JournalConfig::default(),
         }
     }
 }
@@ -36,7 +39,7 @@ impl Default for MountConfig {
 pub struct Filesystem {
     pub(crate) dev: Arc<dyn BlockDevice>,
     pub(crate) cache: Arc<BufferCache>,
-    pub(crate) journal: Journal,
+    pub(crate) journal: Arc<Journal>,
     /// The in-memory superblock. Free counts here are refreshed from the
     /// group descriptors when the superblock is written.
     pub(crate) sb: Mutex<Superblock>,
@@ -182,7 +185,7 @@ impl Filesystem {
         ));
         let groups = sb.group_count();
         let fs = Arc::new(Filesystem {
-            journal: Journal::new(cache.clone()),
+            journal: Arc::new(Journal::new(cache.clone())),
             dev,
             cache,
             group_locks: (0..groups).map(|_| Mutex::new(())).collect(),
@@ -198,6 +201,7 @@ impl Filesystem {
             xattr_share: Default::default(),
         });
         if !read_only {
+            fs.load_journal(config.journal)?;
             fs.mark_mounted()?;
             let n = fs.orphan_cleanup()?;
             if n > 0 {
@@ -217,6 +221,69 @@ impl Filesystem {
 
     pub fn superblock(&self) -> Superblock {
         self.sb.lock().clone()
+    }
+
+    /// Maps the journal inode, checks its superblock and starts logging.
+    /// The filesystem is marked as needing recovery on disk before the
+    /// first transaction can commit, so that a crash is always replayed.
+    fn load_journal(&self, cfg: JournalConfig) -> Result<()> {
+        let (inum, bs) = {
+            let sb = self.sb.lock();
+            if !sb.has_compat(feature::COMPAT_HAS_JOURNAL) {
+                return Ok(());
+            }
+            (InodeNo(sb.s_journal_inum), self.block_size as u64)
+        };
+        let map = self.journal_map(inum)?;
+        let first = *map
+            .first()
+            .ok_or(FsError::CorruptInode(inum, "empty journal".into()))?;
+        let mut raw = vec![0u8; jbd::JOURNAL_SUPERBLOCK_LEN];
+        self.dev.read_at(&mut raw, first as u64 * bs)?;
+        let jsb = JournalSuperblock::parse(&raw)
+            .map_err(|e| Corruption::new(Location::JournalBlock(0), e))?;
+        if jsb.s_blocksize != self.block_size {
+            return Err(FsError::CorruptInode(
+                inum,
+                "journal block size differs from the filesystem's".into(),
+            ));
+        }
+        if jsb.s_start != 0 {
+            tracing::error!(
+                "the journal holds transactions but the filesystem is not marked for recovery"
+            );
+            return Err(FsError::NotSupported);
+        }
+        self.sb.lock().s_feature_incompat |= feature::INCOMPAT_RECOVER;
+        self.write_superblock_direct()?;
+        self.journal.enable(map, &jsb, cfg)?;
+        Ok(())
+    }
+
+    /// The disk block of every journal block, from inode 8's block map.
+    fn journal_map(&self, inum: InodeNo) -> Result<Vec<u32>> {
+        let inode = self.iget(inum)?;
+        let st = inode.state.read();
+        let blocks = (st.disk.i_size / self.block_size as u64) as u32;
+        let mut map = Vec::with_capacity(blocks as usize);
+        while (map.len() as u32) < blocks {
+            let l = map.len() as u32;
+            let m = self.map_blocks(inum, &st, l, blocks - l)?;
+            let p = m.physical.ok_or_else(|| {
+                FsError::CorruptInode(inum, format!("journal has a hole at block {l}"))
+            })?;
+            map.extend((0..m.count).map(|i| p.0 + i));
+        }
+        Ok(map)
+    }
+
+    /// Writes the in-memory superblock straight to the device and flushes:
+    /// only for the recovery flag, which must not wait for the journal.
+    fn write_superblock_direct(&self) -> Result<()> {
+        let bytes = self.sb.lock().to_bytes();
+        self.dev.write_at(&bytes, sbm::SUPERBLOCK_OFFSET)?;
+        self.dev.flush()?;
+        Ok(())
     }
 
     /// Clears the valid flag while mounted, as ext3 does, so that a crash
@@ -318,7 +385,21 @@ impl Filesystem {
         }
         self.release_all_orphans()?;
         self.sb.lock().s_state |= sbm::EXT2_VALID_FS;
-        self.sync()
+        let mut h = self.journal.start(1)?;
+        self.write_superblock(&mut h)?;
+        h.stop()?;
+        // Commit and checkpoint: the log is empty and everything is home.
+        self.journal.shutdown()?;
+        let was_logging = {
+            let mut sb = self.sb.lock();
+            let was = sb.s_feature_incompat & feature::INCOMPAT_RECOVER != 0;
+            sb.s_feature_incompat &= !feature::INCOMPAT_RECOVER;
+            was
+        };
+        if was_logging {
+            self.write_superblock_direct()?;
+        }
+        Ok(())
     }
 
     /// statfs: (blocks, free blocks, available to non-root, inodes, free inodes).

@@ -344,7 +344,7 @@ impl Filesystem {
             }
             self.write_inode(h, tino, &tst.disk)?;
         } else {
-            if let (Some((tino, _)), Some(tst)) = (p.target, tst.as_deref_mut()) {
+            if let (Some((tino, _)), Some(tst)) = (p.target, tst) {
                 self.check_replace(&sst.disk, tino, tst)?;
                 self.dir_retarget(h, np, nst, nname, p.src, p.src_type)?;
                 if self.drop_target_link(h, tino, tst, nst)? {

@@ -1,0 +1,149 @@
+//! Crash consistency through the journal: images copied while jbdfs has
+//! them mounted (a crash at that instant) are replayed by e2fsck and by the
+//! Linux kernel, and then hold everything that was fsync'd, with e2fsck
+//! finding nothing else to fix.
+
+mod common;
+
+use std::path::Path;
+use std::sync::Arc;
+
+use common::*;
+use jbdfs::device::{FileDevice, OpenOptions};
+use jbdfs::format::InodeNo;
+use jbdfs::fs::namei::Caller;
+use jbdfs::fs::{Filesystem, MountConfig};
+use jbdfs::mkfs::{make_filesystem, MkfsOptions, Request};
+
+const ROOT: InodeNo = InodeNo(2);
+const ME: Caller = Caller { uid: 0, gid: 0 };
+
+fn data(i: usize) -> Vec<u8> {
+    (0..(i * 997 % 20000 + 1))
+        .map(|k| (k * 7 + i) as u8)
+        .collect()
+}
+
+fn jbdfs_image(bs: u32) -> TempImage {
+    let img = TempImage::new("journal");
+    let req = Request {
+        options: MkfsOptions {
+            block_size: Some(bs),
+            ..Default::default()
+        },
+        size: Some(64 << 20),
+        quiet: true,
+        ..Default::default()
+    };
+    make_filesystem(&img.path, &req).unwrap();
+    img
+}
+
+fn mount(path: &Path) -> Arc<Filesystem> {
+    let dev = FileDevice::open(path, OpenOptions::default()).unwrap();
+    Filesystem::mount(Arc::new(dev), &MountConfig::default()).unwrap()
+}
+
+/// A copy of the image as the device holds it right now.
+fn crash_copy(img: &TempImage, tag: &str) -> TempImage {
+    let copy = TempImage::new(tag);
+    std::fs::copy(&img.path, &copy.path).unwrap();
+    copy
+}
+
+#[test]
+fn fsynced_files_survive_a_crash_replayed_by_e2fsck() {
+    for bs in [1024, 4096] {
+        let img = jbdfs_image(bs);
+        let fs = mount(&img.path);
+        let (d, _) = fs.mkdir(ROOT, b"dir", 0o755, ME).unwrap();
+        for i in 0..50 {
+            let (f, _) = fs
+                .mknod(d, format!("f{i}").as_bytes(), 0o100644, 0, ME)
+                .unwrap();
+            fs.write(f, 0, &data(i), true).unwrap();
+        }
+        fs.fsync(d, false).unwrap();
+        let copy = crash_copy(&img, "crash1");
+        // Unsynced work after the crash point must not break anything.
+        for i in 0..50 {
+            fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
+        }
+        let copy2 = crash_copy(&img, "crash2");
+        fs.unmount().unwrap();
+        drop(fs);
+        assert_e2fsck_clean(&img.path, "the cleanly unmounted image");
+        assert_eq!(dumpe2fs_header(&img.path).field("Journal start"), "0");
+
+        let h = dumpe2fs_header(&copy.path);
+        assert!(
+            h.features().contains("needs_recovery"),
+            "the crash copy is marked for recovery"
+        );
+        assert_ne!(
+            h.field("Journal start"),
+            "0",
+            "the crash copy has a journal to replay"
+        );
+        let fixed = run("e2fsck", ["-fy", copy.path_str()]);
+        assert!(fixed.code.is_some_and(|c| c <= 1), "{}", fixed.describe());
+        assert_e2fsck_clean(&copy.path, "the replayed crash copy");
+        for i in 0..50 {
+            let out = TempImage::new("dump");
+            debugfs(&copy.path, &format!("dump /dir/f{i} {}", out.path_str())).expect_ok();
+            let got = std::fs::read(&out.path).unwrap_or_default();
+            assert_eq!(
+                got,
+                data(i),
+                "fsync'd file f{i} after replay ({bs}-byte blocks)"
+            );
+        }
+        let fixed = run("e2fsck", ["-fy", copy2.path_str()]);
+        assert!(fixed.code.is_some_and(|c| c <= 1), "{}", fixed.describe());
+        assert_e2fsck_clean(&copy2.path, "the second crash copy");
+    }
+}
+
+#[test]
+fn linux_replays_a_journal_jbdfs_left() {
+    if let Err(why) = loop_mounts_available() {
+        eprintln!("skipping: {why}");
+        return;
+    }
+    let img = jbdfs_image(4096);
+    let fs = mount(&img.path);
+    let (d, _) = fs.mkdir(ROOT, b"dir", 0o755, ME).unwrap();
+    for i in 0..100 {
+        let (f, _) = fs
+            .mknod(d, format!("f{i}").as_bytes(), 0o100644, 0, ME)
+            .unwrap();
+        fs.write(f, 0, &data(i), true).unwrap();
+        if i % 10 == 0 {
+            fs.rename(
+                d,
+                format!("f{i}").as_bytes(),
+                ROOT,
+                format!("moved{i}").as_bytes(),
+                Default::default(),
+            )
+            .unwrap();
+        }
+    }
+    fs.fsync(d, false).unwrap();
+    let copy = crash_copy(&img, "linux-crash");
+    fs.unmount().unwrap();
+    drop(fs);
+
+    let _guard = LOOP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = LoopMount::mount(&copy.path).unwrap_or_else(|o| panic!("{}", o.describe()));
+    for i in 0..100 {
+        let path = if i % 10 == 0 {
+            m.path().join(format!("moved{i}"))
+        } else {
+            m.path().join(format!("dir/f{i}"))
+        };
+        assert_eq!(std::fs::read(&path).unwrap(), data(i), "{}", path.display());
+    }
+    m.umount().expect_ok();
+    assert_e2fsck_clean(&copy.path, "the image Linux replayed");
+}
