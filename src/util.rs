@@ -3,8 +3,20 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
-/// Seconds and nanoseconds since the Unix epoch, now.
+/// Seconds and nanoseconds since the Unix epoch, now, from the same coarse
+/// clock the kernel stamps inodes with (`current_time`). With the FUSE
+/// writeback cache the kernel sets regular files' times itself; a finer
+/// clock here could stamp a creation later than the kernel's next update.
 pub fn now() -> (i64, u32) {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into the valid, owned `ts`.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_REALTIME_COARSE, &mut ts) };
+    if rc == 0 {
+        return (ts.tv_sec, ts.tv_nsec as u32);
+    }
     match SystemTime::now().duration_since(UNIX_EPOCH) {
         Ok(d) => (d.as_secs() as i64, d.subsec_nanos()),
         Err(_) => (0, 0),

@@ -65,11 +65,13 @@ fn caller(req: &Request) -> Caller {
 }
 
 fn time(t: TimeOrNow) -> crate::format::inode::Timestamp {
-    let st = match t {
-        TimeOrNow::SpecificTime(s) => s,
-        TimeOrNow::Now => std::time::SystemTime::now(),
-    };
-    attr::to_timestamp(st)
+    match t {
+        TimeOrNow::SpecificTime(s) => attr::to_timestamp(s),
+        TimeOrNow::Now => {
+            let (sec, nsec) = crate::util::now();
+            crate::format::inode::Timestamp { sec, nsec }
+        }
+    }
 }
 
 /// The FUSE face of a mounted filesystem.
