@@ -16,17 +16,24 @@
 //!    orphan's lock before the lock of the orphan added after it. Nothing
 //!    waits for an inode lock while holding an inode-cache shard lock
 //!    (eviction only try-locks).
-//! 3. `Filesystem::orphans`, then `Filesystem::sb` (a leaf: held only to
+//!    All inode locks an operation needs are taken before its journal
+//!    handle starts; none is taken while a handle is open (commit waits for
+//!    open handles, so that would deadlock against a thread holding the
+//!    inode and waiting to start a handle).
+//! 3. Journal: a handle's transaction (`Journal::state`, briefly), the
+//!    commit lock (`Journal::commit_lock`, held by commit and checkpoint
+//!    across log I/O), `Journal::pending_free` (a leaf).
+//! 4. `Filesystem::orphans`, then `Filesystem::sb` (a leaf: held only to
 //!    copy or update fields).
-//! 4. A group lock (`Filesystem::group_locks`), one at a time, taken by
+//! 5. A group lock (`Filesystem::group_locks`), one at a time, taken by
 //!    allocation and freeing while inode locks are held.
-//! 5. Buffer cache locks, in the cache's own order (src/cache/mod.rs): a
+//! 6. Buffer cache locks, in the cache's own order (src/cache/mod.rs): a
 //!    buffer's writeback lock, a buffer's data lock, a shard mutex. Callers
 //!    hold no buffer guard when they commit (`Journal::force_commit` writes
 //!    back through the cache).
-//! 6. Inode-cache shard locks (`InodeCache`): leaves, held only for map
+//! 7. Inode-cache shard locks (`InodeCache`): leaves, held only for map
 //!    lookups and inserts.
-//! 7. Device-internal locks (memory device contents): leaves, never held
+//! 8. Device-internal locks (memory device contents): leaves, never held
 //!    while calling out of the device.
 
 pub mod cache;
