@@ -31,6 +31,10 @@ pub struct DaemonConfig {
     pub barrier: bool,
     /// commit=N seconds.
     pub commit_secs: u32,
+    /// bdelay= and its parameters.
+    pub batching: crate::journal::Batching,
+    /// -o stats=PATH: journal statistics, refreshed every second.
+    pub stats: Option<PathBuf>,
 }
 
 /// Opens the backing store and mounts the filesystem in-process.
@@ -49,6 +53,7 @@ pub fn open_filesystem(cfg: &DaemonConfig) -> anyhow::Result<Arc<Filesystem>> {
         journal: crate::journal::JournalConfig {
             barrier: cfg.barrier,
             commit_interval: std::time::Duration::from_secs(cfg.commit_secs.max(1) as u64),
+            batching: cfg.batching,
         },
     };
     Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
@@ -126,7 +131,8 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
     )
     .map_err(|e| anyhow::anyhow!("{}: cannot mount: {e}", cfg.mountpoint.display()))?;
     let unmounter = session.unmount_callable();
-    watch_signals(unmounter)?;
+    watch_signals(unmounter, fs.clone())?;
+    let stats = StatsWriter::start(fs.clone(), cfg.stats.clone());
     tracing::info!(source = %cfg.source.display(), mountpoint = %cfg.mountpoint.display(), "mounted");
     if std::env::var_os(CHILD_ENV).is_some() {
         // The parent stops relaying our stderr once the mount is live.
@@ -137,6 +143,7 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
     fs.unmount()
         .map_err(|e| anyhow::anyhow!("writing the filesystem back failed: {e}"))?;
     tracing::info!("unmounted cleanly");
+    drop(stats);
     drop(pidfile);
     res.map_err(|e| anyhow::anyhow!("FUSE session failed: {e}"))
 }
@@ -183,21 +190,73 @@ impl Drop for PidFile {
     }
 }
 
-/// SIGTERM, SIGINT and SIGHUP unmount, which ends the session.
-fn watch_signals(mut unmounter: fuser::SessionUnmounter) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP])?;
+/// SIGTERM, SIGINT and SIGHUP unmount, which ends the session; SIGUSR1
+/// logs the journal statistics.
+fn watch_signals(
+    mut unmounter: fuser::SessionUnmounter,
+    fs: Arc<Filesystem>,
+) -> anyhow::Result<()> {
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
+    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])?;
     std::thread::Builder::new()
         .name("jbdfs-signals".into())
         .spawn(move || {
-            if let Some(sig) = signals.forever().next() {
+            for sig in signals.forever() {
+                if sig == SIGUSR1 {
+                    tracing::info!("journal statistics:\n{}", fs.journal_stats());
+                    continue;
+                }
                 tracing::info!(signal = sig, "unmounting on signal");
                 if let Err(e) = unmounter.unmount() {
                     tracing::error!("unmount on signal failed: {e}");
                 }
+                return;
             }
         })?;
     Ok(())
+}
+
+/// Writes the journal statistics to `-o stats=PATH` every second, and once
+/// more when dropped (at unmount).
+struct StatsWriter {
+    path: Option<PathBuf>,
+    fs: Arc<Filesystem>,
+    stop: Arc<AtomicBool>,
+}
+
+impl StatsWriter {
+    fn start(fs: Arc<Filesystem>, path: Option<PathBuf>) -> StatsWriter {
+        let stop = Arc::new(AtomicBool::new(false));
+        if let Some(p) = path.clone() {
+            let (fs, stop) = (fs.clone(), stop.clone());
+            let _ = std::thread::Builder::new()
+                .name("jbdfs-stats".into())
+                .spawn(move || {
+                    while !stop.load(Ordering::Relaxed) {
+                        write_stats(&p, &fs);
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                });
+        }
+        StatsWriter { path, fs, stop }
+    }
+}
+
+impl Drop for StatsWriter {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(p) = &self.path {
+            write_stats(p, &self.fs);
+        }
+    }
+}
+
+fn write_stats(path: &Path, fs: &Filesystem) {
+    let tmp = path.with_extension("tmp");
+    let res = std::fs::write(&tmp, fs.journal_stats()).and_then(|()| std::fs::rename(&tmp, path));
+    if let Err(e) = res {
+        tracing::warn!(path = %path.display(), "cannot write statistics: {e}");
+    }
 }
 
 /// Set once a daemonized child's stderr has nobody reading it.

@@ -14,7 +14,8 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::{ArgAction, Parser};
 use jbdfs::daemon::{self, DaemonConfig};
-use jbdfs::options::MountOptions;
+use jbdfs::journal::Batching;
+use jbdfs::options::{Bdelay, MountOptions};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser, Debug)]
@@ -96,6 +97,8 @@ fn run(args: Args) -> anyhow::Result<()> {
         generic: opts.generic.clone(),
         barrier: opts.barrier,
         commit_secs: opts.commit,
+        batching: batching(&opts),
+        stats: opts.stats.clone(),
     };
     daemon::check_mountable(&cfg)?;
     if foreground {
@@ -103,6 +106,22 @@ fn run(args: Args) -> anyhow::Result<()> {
     } else {
         let raw: Vec<String> = std::env::args().skip(1).collect();
         daemon::daemonize(&raw, &args.mountpoint)
+    }
+}
+
+/// The journal's batching policy from bdelay= and its parameters.
+fn batching(opts: &MountOptions) -> Batching {
+    match opts.bdelay {
+        Bdelay::Off => Batching::Off,
+        Bdelay::Yield => Batching::Yield,
+        Bdelay::Jiffies(n) => Batching::Jiffies { n, hz: opts.hz },
+        Bdelay::Jbd2 => Batching::Jbd2 {
+            min_us: opts.min_batch_time,
+            max_us: opts.max_batch_time,
+        },
+        Bdelay::Auto => Batching::Auto {
+            max_us: opts.max_batch_time,
+        },
     }
 }
 

@@ -76,6 +76,8 @@ impl Mounted {
             generic: Vec::new(),
             barrier: true,
             commit_secs: 5,
+            batching: Default::default(),
+            stats: None,
         };
         let server = std::thread::spawn(move || serve(&cfg));
         let deadline = Instant::now() + Duration::from_secs(20);

@@ -211,6 +211,11 @@ impl Filesystem {
         Ok(fs)
     }
 
+    /// The journal's statistics (/proc/fs/jbd2/*/info format).
+    pub fn journal_stats(&self) -> String {
+        self.journal.stats()
+    }
+
     pub fn is_read_only(&self) -> bool {
         self.read_only
     }

@@ -398,6 +398,7 @@ impl fuser::Filesystem for JbdFuse {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("fsync", ino = ino.0, datasync).entered();
+        crate::journal::set_caller(_req.pid());
         empty(reply, self.fs.fsync(to_ext3(ino), datasync));
     }
 

@@ -7,14 +7,17 @@
 //! running transaction), `commit.rs`, `checkpoint.rs`, and `enable` here,
 //! which loads the log area at mount.
 
+pub mod batch;
 pub mod checkpoint;
 pub mod commit;
+pub mod stats;
 pub mod transaction;
 
 use std::io;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use batch::{set_caller, Batching};
 pub use transaction::{Handle, Journal};
 
 use crate::format::jbd::JournalSuperblock;
@@ -25,6 +28,7 @@ use transaction::LogArea;
 pub struct JournalConfig {
     pub barrier: bool,
     pub commit_interval: Duration,
+    pub batching: Batching,
 }
 
 impl Default for JournalConfig {
@@ -32,6 +36,7 @@ impl Default for JournalConfig {
         JournalConfig {
             barrier: true,
             commit_interval: Duration::from_secs(5),
+            batching: Batching::default(),
         }
     }
 }
@@ -72,6 +77,7 @@ impl Journal {
             st.committed = jsb.s_sequence.saturating_sub(1);
         }
         let interval = log.commit_interval;
+        let _ = self.batching.set(cfg.batching);
         self.log
             .set(log)
             .map_err(|_| io::Error::other("journal already enabled"))?;

@@ -95,6 +95,10 @@ pub(super) struct Counters {
     pub blocks: AtomicU64,
     pub logged_blocks: AtomicU64,
     pub commit_micros: AtomicU64,
+    /// jbd2's running average of commit time, `(t + 3 * avg) / 4`.
+    pub avg_commit_micros: AtomicU64,
+    pub batch_wait_micros: AtomicU64,
+    pub run_micros: AtomicU64,
 }
 
 /// The journal of one mounted filesystem.
@@ -113,6 +117,12 @@ pub struct Journal {
     pub(super) pending_free: Mutex<HashSet<u32>>,
     pub(super) counters: Counters,
     handles: AtomicU64,
+    /// The batching policy, set once at mount.
+    pub(super) batching: OnceLock<super::batch::Batching>,
+    /// jbd's j_last_sync_writer.
+    pub(super) last_sync_writer: std::sync::atomic::AtomicU32,
+    /// Synchronous handles waiting for a commit right now.
+    pub(super) sync_waiters: AtomicU64,
 }
 
 impl Journal {
@@ -142,7 +152,17 @@ impl Journal {
             pending_free: Mutex::new(HashSet::new()),
             counters: Counters::default(),
             handles: AtomicU64::new(0),
+            batching: OnceLock::new(),
+            last_sync_writer: std::sync::atomic::AtomicU32::new(0),
+            sync_waiters: AtomicU64::new(0),
         }
+    }
+
+    pub(super) fn batching(&self) -> super::batch::Batching {
+        self.batching
+            .get()
+            .copied()
+            .unwrap_or(super::batch::Batching::Off)
     }
 
     pub(super) fn logging(&self) -> bool {
@@ -176,18 +196,11 @@ impl Journal {
         if !self.logging() {
             return self.cache.sync_all();
         }
-        let tid = {
-            let mut st = self.state.lock();
-            let tid = st.running.tid;
-            if st.running.is_empty() {
-                tid.saturating_sub(1)
-            } else {
-                st.commit_request = st.commit_request.max(tid);
-                tid
-            }
-        };
-        self.commit_wake.notify_one();
-        self.wait_for_commit(tid)
+        // As jbd's journal_force_commit: a synchronous handle, so that
+        // concurrent fsyncs batch exactly as synchronous writes do.
+        let mut h = self.start(1)?;
+        h.set_sync();
+        h.stop()
     }
 
     /// Waits until transaction `tid` has committed.
@@ -307,6 +320,10 @@ impl Handle<'_> {
     pub fn stop(mut self) -> io::Result<()> {
         self.stopped = true;
         let j = self.journal;
+        if self.sync && j.logging() {
+            // Still open: the transaction cannot commit while we wait.
+            j.batch_wait();
+        }
         self.release();
         if !self.sync {
             return Ok(());
@@ -314,12 +331,23 @@ impl Handle<'_> {
         if !j.logging() {
             return j.cache.sync_all();
         }
-        {
+        let tid = {
             let mut st = j.state.lock();
-            st.commit_request = st.commit_request.max(self.tid);
-        }
+            // An empty transaction has nothing to commit: wait for the
+            // one before it, which may hold this caller's changes.
+            let tid = if st.running.tid == self.tid && st.running.is_empty() {
+                self.tid.saturating_sub(1)
+            } else {
+                self.tid
+            };
+            st.commit_request = st.commit_request.max(tid);
+            tid
+        };
         j.commit_wake.notify_one();
-        j.wait_for_commit(self.tid)
+        j.sync_waiters.fetch_add(1, Ordering::Relaxed);
+        let res = j.wait_for_commit(tid);
+        j.sync_waiters.fetch_sub(1, Ordering::Relaxed);
+        res
     }
 
     fn release(&self) {

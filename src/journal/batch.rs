@@ -1,0 +1,129 @@
+//! Commit batching: how long a synchronous handle waits, still open, for
+//! other handles to join its transaction before the commit starts.
+//!
+//! - `bdelay=0|yield|N`: jbd's journal_stop() loop of 2008. When the
+//!   synchronous caller differs from the last one, remember it, then
+//!   `do { old = t_handle_count; wait } while (old != t_handle_count)`,
+//!   the wait being a sched_yield or N jiffies (1/hz s, ending on a tick).
+//! - `bdelay=jbd2`: Linux since 2009: sleep once, for the average commit
+//!   time clamped to [min_batch_time, max_batch_time] µs, if the
+//!   transaction is younger than that.
+//! - `bdelay=auto` (ours): wait only when another synchronous handle is
+//!   already waiting on this transaction — then batching can pay — and then
+//!   for the average commit time, capped at max_batch_time. A lone fsync
+//!   never waits; concurrent ones share commits on slow devices, and the
+//!   wait is as short as a commit on fast ones.
+
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use super::transaction::Journal;
+
+/// The batching policy (the `bdelay=` mount option).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Batching {
+    Off,
+    Yield,
+    Jiffies { n: u32, hz: u32 },
+    Jbd2 { min_us: u32, max_us: u32 },
+    Auto { max_us: u32 },
+}
+
+impl Default for Batching {
+    fn default() -> Self {
+        Batching::Auto { max_us: 15_000 }
+    }
+}
+
+thread_local! {
+    static CALLER: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
+}
+
+/// Records the process on whose behalf this thread now works (the FUSE
+/// request's pid), for the "different sync writer" test of bdelay.
+pub fn set_caller(pid: u32) {
+    CALLER.with(|c| c.set(pid));
+}
+
+fn caller() -> u32 {
+    CALLER.with(|c| c.get())
+}
+
+/// Sleeps `n` jiffies the way the kernel's schedule_timeout does: the first
+/// one ends at the next tick.
+fn sleep_jiffies(n: u32, hz: u32) {
+    let jiffy = 1_000_000_000u64 / hz.max(1) as u64;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    let to_tick = jiffy - now % jiffy;
+    std::thread::sleep(Duration::from_nanos(
+        to_tick + (n.max(1) as u64 - 1) * jiffy,
+    ));
+}
+
+impl Journal {
+    /// Called by a synchronous handle before it releases its transaction.
+    pub(super) fn batch_wait(&self) {
+        let policy = self.batching();
+        if policy == Batching::Off {
+            return;
+        }
+        let pid = caller();
+        if self.last_sync_writer.swap(pid, Ordering::Relaxed) == pid {
+            return;
+        }
+        let started = Instant::now();
+        match policy {
+            Batching::Off => {}
+            Batching::Yield => self.handle_count_loop(std::thread::yield_now),
+            Batching::Jiffies { n, hz } => self.handle_count_loop(|| sleep_jiffies(n, hz)),
+            Batching::Jbd2 { min_us, max_us } => self.jbd2_wait(min_us, max_us),
+            Batching::Auto { max_us } => self.auto_wait(max_us),
+        }
+        let waited = started.elapsed().as_micros() as u64;
+        self.counters
+            .batch_wait_micros
+            .fetch_add(waited, Ordering::Relaxed);
+    }
+
+    /// The 2008 loop: wait while other handles keep joining.
+    fn handle_count_loop(&self, wait: impl Fn()) {
+        loop {
+            let old = self.state.lock().running.handles;
+            wait();
+            if self.state.lock().running.handles == old {
+                return;
+            }
+        }
+    }
+
+    fn average_commit(&self) -> Duration {
+        Duration::from_micros(self.counters.avg_commit_micros.load(Ordering::Relaxed))
+    }
+
+    fn jbd2_wait(&self, min_us: u32, max_us: u32) {
+        if max_us == 0 {
+            return;
+        }
+        let want = self.average_commit().clamp(
+            Duration::from_micros(min_us as u64),
+            Duration::from_micros(max_us as u64),
+        );
+        let age = self.state.lock().running.started.elapsed();
+        if age < want {
+            std::thread::sleep(want - age);
+        }
+    }
+
+    fn auto_wait(&self, max_us: u32) {
+        if self.sync_waiters.load(Ordering::Relaxed) == 0 {
+            return;
+        }
+        let want = self
+            .average_commit()
+            .min(Duration::from_micros(max_us as u64));
+        std::thread::sleep(want);
+    }
+}

@@ -1,0 +1,54 @@
+//! Journal statistics in the shape of Linux's /proc/fs/jbd2/<dev>/info.
+
+use std::sync::atomic::Ordering::Relaxed;
+
+use super::transaction::Journal;
+
+impl Journal {
+    /// The statistics text, as /proc/fs/jbd2/*/info prints it, plus the
+    /// time synchronous handles spent waiting to batch.
+    pub fn stats(&self) -> String {
+        let c = &self.counters;
+        let n = c.transactions.load(Relaxed);
+        let per = |v: u64| if n == 0 { 0 } else { v / n };
+        let maxlen = self.log.get().map_or(0, |l| l.maxlen);
+        let avg_us = c.avg_commit_micros.load(Relaxed);
+        format!(
+            "{n} transactions ({n} requested), each up to {max} blocks\n\
+             average: \n  \
+             {wait}ms waiting for transaction\n  \
+             0ms request delay\n  \
+             {run}ms running transaction\n  \
+             0ms transaction was being locked\n  \
+             0ms flushing data (in ordered mode)\n  \
+             {log}ms logging transaction\n  \
+             {avg_us}us average transaction commit time\n  \
+             {handles} handles per transaction\n  \
+             {blocks} blocks per transaction\n  \
+             {logged} logged blocks per transaction\n  \
+             {batch}us waiting to batch per transaction (bdelay={policy})\n",
+            max = maxlen / 4,
+            wait = 0,
+            run = per(c.run_micros.load(Relaxed)) / 1000,
+            log = per(c.commit_micros.load(Relaxed)) / 1000,
+            handles = per(c.handles.load(Relaxed)),
+            blocks = per(c.blocks.load(Relaxed)),
+            logged = per(c.logged_blocks.load(Relaxed)),
+            batch = per(c.batch_wait_micros.load(Relaxed)),
+            policy = self.batching().label(),
+        )
+    }
+}
+
+impl super::Batching {
+    /// The bdelay= spelling of the policy.
+    pub fn label(&self) -> String {
+        match self {
+            super::Batching::Off => "0".into(),
+            super::Batching::Yield => "yield".into(),
+            super::Batching::Jiffies { n, .. } => n.to_string(),
+            super::Batching::Jbd2 { .. } => "jbd2".into(),
+            super::Batching::Auto { .. } => "auto".into(),
+        }
+    }
+}
