@@ -8,6 +8,9 @@
 //! then, a handle marks its buffers dirty in the buffer cache and a
 //! synchronous handle writes them home and flushes the device on stop.
 
+pub mod jmap;
+pub mod recovery;
+pub mod revoke;
 pub mod transaction;
 
 pub use transaction::{Handle, Journal};
