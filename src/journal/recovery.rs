@@ -61,8 +61,9 @@ pub struct RecoveryReport {
     pub blocks_revoked: u64,
     /// Replayed blocks whose magic number had been escaped in the log.
     pub escaped_blocks: u64,
-    /// Logged blocks skipped because their home block number is 0, outside
-    /// the filesystem, or inside the journal itself.
+    /// Logged blocks skipped because their home block number is outside
+    /// the filesystem (below `s_first_data_block` or not below
+    /// `s_blocks_count`) or inside the journal itself.
     pub bad_blocks: u64,
     /// Revoke records read from complete transactions.
     pub revoke_records: u64,
@@ -486,6 +487,9 @@ fn log_changed(pos: u32) -> RecoveryError {
 struct Home<'a> {
     dev: &'a dyn BlockDevice,
     block_size: u32,
+    /// Block 0 is the boot block with 1 KiB blocks, but holds the
+    /// superblock (which jbd logs) with larger ones.
+    first_block: u32,
     blocks_count: u32,
     /// Writing a journal block home would corrupt the log being replayed.
     journal: HashSet<u32>,
@@ -497,6 +501,7 @@ impl<'a> Home<'a> {
         Home {
             dev,
             block_size: sb.block_size(),
+            first_block: sb.s_first_data_block,
             blocks_count: sb.s_blocks_count,
             journal: map.blocks().iter().copied().collect(),
             write,
@@ -504,7 +509,7 @@ impl<'a> Home<'a> {
     }
 
     fn is_valid(&self, b: u32) -> bool {
-        b != 0 && b < self.blocks_count && !self.journal.contains(&b)
+        b >= self.first_block && b < self.blocks_count && !self.journal.contains(&b)
     }
 
     fn write(&self, b: u32, block: &[u8]) -> Result<(), RecoveryError> {
