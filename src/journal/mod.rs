@@ -4,12 +4,16 @@
 //! journal (inode 8) in JBD format before it reaches its home block.
 //!
 //! One file per phase, as in fs/jbd2: `transaction.rs` (handles and the
-//! running transaction), `commit.rs`, `checkpoint.rs`, and `enable` here,
-//! which loads the log area at mount.
+//! running transaction), `commit.rs`, `checkpoint.rs`, `recovery.rs` with
+//! `revoke.rs` and `jmap.rs` (replay at mount), `batch.rs` (bdelay),
+//! `stats.rs`, and `enable` here, which starts logging at mount.
 
 pub mod batch;
 pub mod checkpoint;
 pub mod commit;
+pub mod jmap;
+pub mod recovery;
+pub mod revoke;
 pub mod stats;
 pub mod transaction;
 

@@ -1,0 +1,111 @@
+//! The revoke table built by recovery's PASS_REVOKE (Linux:
+//! fs/jbd2/revoke.c, the recovery half): which home blocks must not be
+//! replayed from which transactions.
+//!
+//! A revoke record for block B in transaction T means that B was freed (and
+//! may have been reused for data that is not journaled) in T, so no copy of B
+//! logged in T or any earlier transaction may be written back. Copies logged
+//! in transactions after T are newer than the revoke and do replay.
+
+use std::collections::HashMap;
+
+/// `tid_gt`: transaction IDs wrap around, so they are compared by the
+/// sign of their difference, as the kernel does.
+pub fn tid_gt(x: u32, y: u32) -> bool {
+    (x.wrapping_sub(y) as i32) > 0
+}
+
+/// `tid_geq`.
+pub fn tid_geq(x: u32, y: u32) -> bool {
+    (x.wrapping_sub(y) as i32) >= 0
+}
+
+/// Home block number -> the latest transaction that revoked it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct RevokeTable {
+    records: HashMap<u32, u32>,
+}
+
+impl RevokeTable {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Records that transaction `seq` revoked `block`. Only the latest
+    /// revoke matters: it hides every copy an earlier one would hide.
+    pub fn set(&mut self, block: u32, seq: u32) {
+        let entry = self.records.entry(block).or_insert(seq);
+        if tid_gt(seq, *entry) {
+            *entry = seq;
+        }
+    }
+
+    /// Whether a copy of `block` logged in transaction `seq` must be skipped.
+    pub fn is_revoked(&self, block: u32, seq: u32) -> bool {
+        self.records
+            .get(&block)
+            .is_some_and(|&revoked_in| tid_geq(revoked_in, seq))
+    }
+
+    /// The revoke sequence recorded for `block`, if any.
+    pub fn get(&self, block: u32) -> Option<u32> {
+        self.records.get(&block).copied()
+    }
+
+    /// Distinct blocks with a revoke record.
+    pub fn len(&self) -> usize {
+        self.records.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.records.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_table_revokes_nothing() {
+        let t = RevokeTable::new();
+        assert!(t.is_empty());
+        assert!(!t.is_revoked(5, 1));
+    }
+
+    #[test]
+    fn revoke_hides_its_own_and_earlier_transactions() {
+        let mut t = RevokeTable::new();
+        t.set(100, 7);
+        assert!(t.is_revoked(100, 7));
+        assert!(t.is_revoked(100, 3));
+        assert!(!t.is_revoked(100, 8));
+        assert!(!t.is_revoked(101, 7));
+    }
+
+    #[test]
+    fn highest_sequence_wins_in_any_order() {
+        let mut t = RevokeTable::new();
+        t.set(9, 10);
+        t.set(9, 4);
+        assert_eq!(t.get(9), Some(10));
+        t.set(9, 12);
+        assert_eq!(t.get(9), Some(12));
+        assert!(t.is_revoked(9, 11));
+        assert_eq!(t.len(), 1);
+    }
+
+    #[test]
+    fn sequences_compare_across_wraparound() {
+        let mut t = RevokeTable::new();
+        t.set(1, u32::MAX);
+        t.set(1, 2);
+        assert_eq!(t.get(1), Some(2));
+        assert!(t.is_revoked(1, u32::MAX - 1));
+        assert!(t.is_revoked(1, 0));
+        assert!(!t.is_revoked(1, 3));
+        assert!(tid_gt(0, u32::MAX));
+        assert!(tid_geq(5, 5));
+        assert!(!tid_gt(5, 5));
+    }
+}
