@@ -75,9 +75,7 @@ pub fn check_mountable(cfg: &DaemonConfig) -> anyhow::Result<()> {
     let sb = crate::fs::mount::read_superblock(&dev).map_err(|e| cannot(e.to_string()))?;
     // Features first: an ext4 image's descriptors would not even parse.
     if let Some(why) = crate::fs::mount::refusal_reason(&dev) {
-        if !(cfg.read_only && why.contains("recovery")) {
-            return Err(cannot(why));
-        }
+        return Err(cannot(why));
     }
     crate::fs::mount::read_group_descs(&dev, &sb).map_err(|e| cannot(e.to_string()))?;
     Ok(())

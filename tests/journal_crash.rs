@@ -147,3 +147,96 @@ fn linux_replays_a_journal_jbdfs_left() {
     m.umount().expect_ok();
     assert_e2fsck_clean(&copy.path, "the image Linux replayed");
 }
+
+#[test]
+fn jbdfs_replays_its_own_journal_at_mount() {
+    for bs in [1024, 4096] {
+        let img = jbdfs_image(bs);
+        let fs = mount(&img.path);
+        let (d, _) = fs.mkdir(ROOT, b"dir", 0o755, ME).unwrap();
+        for i in 0..40 {
+            let (f, _) = fs
+                .mknod(d, format!("f{i}").as_bytes(), 0o100644, 0, ME)
+                .unwrap();
+            fs.write(f, 0, &data(i), true).unwrap();
+        }
+        for i in 0..10 {
+            fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
+        }
+        fs.fsync(d, false).unwrap();
+        let copy = crash_copy(&img, "own-crash");
+        fs.unmount().unwrap();
+        drop(fs);
+
+        let fs = mount(&copy.path);
+        assert!(fs.lookup(d, b"f3").is_err(), "the unlink was replayed");
+        for i in 10..40 {
+            let (f, _) = fs.lookup(d, format!("f{i}").as_bytes()).unwrap();
+            assert_eq!(fs.read(f, 0, 1 << 20).unwrap(), data(i), "f{i}");
+        }
+        fs.unmount().unwrap();
+        drop(fs);
+        assert_e2fsck_clean(&copy.path, "a crash copy jbdfs recovered");
+        assert_eq!(dumpe2fs_header(&copy.path).field("Journal start"), "0");
+    }
+}
+
+#[test]
+fn kill_9_of_the_daemon_loses_nothing_fsynced() {
+    if !is_root() || !Path::new("/dev/fuse").exists() {
+        eprintln!("skipping: needs root and /dev/fuse");
+        return;
+    }
+    let img = jbdfs_image(4096);
+    let dir = TempDir::new("kill9");
+    let spawn = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_jbdfs"))
+            .arg("-f")
+            .arg(&img.path)
+            .arg(&dir.path)
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let wait_mounted = || {
+        let canon = std::fs::canonicalize(&dir.path).unwrap();
+        for _ in 0..500 {
+            if jbdfs::daemon::is_mounted(&canon) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("mount did not come up");
+    };
+    let mut child = spawn();
+    wait_mounted();
+    for i in 0..30 {
+        use std::io::Write;
+        let mut f = std::fs::File::create(dir.path.join(format!("f{i}"))).unwrap();
+        f.write_all(&data(i)).unwrap();
+        f.sync_all().unwrap();
+    }
+    // Unsynced work in flight when the daemon dies.
+    for i in 30..60 {
+        let _ = std::fs::write(dir.path.join(format!("f{i}")), data(i));
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    run("umount", ["-l", dir.path.to_str().unwrap()]);
+    assert!(dumpe2fs_header(&img.path)
+        .features()
+        .contains("needs_recovery"));
+
+    let mut child = spawn();
+    wait_mounted();
+    for i in 0..30 {
+        assert_eq!(
+            std::fs::read(dir.path.join(format!("f{i}"))).unwrap(),
+            data(i),
+            "fsync'd f{i}"
+        );
+    }
+    run("umount", [dir.path.to_str().unwrap()]);
+    let _ = child.wait();
+    assert_e2fsck_clean(&img.path, "the image after kill -9 and recovery");
+}

@@ -135,13 +135,40 @@ fn check_features(sb: &Superblock, read_only: bool) -> Result<bool> {
         tracing::warn!(features = %ro_compat.join(","), "unsupported read-only-compatible features; mounting read-only");
         return Ok(true);
     }
-    if sb.has_incompat(feature::INCOMPAT_RECOVER) && !read_only {
-        tracing::error!(
-            "the journal needs recovery, which this build cannot do; mount read-only or run e2fsck"
-        );
-        return Err(FsError::NotSupported);
+    if sb.has_incompat(feature::INCOMPAT_RECOVER) && read_only {
+        tracing::warn!("the journal needs recovery; a read-only mount shows the state before it");
     }
     Ok(read_only)
+}
+
+/// Replays the journal if a crash left it in use (Linux: ext3_load_journal).
+fn recover_if_needed(
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+    read_only: bool,
+) -> Result<Option<Superblock>> {
+    if read_only || !sb.has_compat(feature::COMPAT_HAS_JOURNAL) {
+        return Ok(None);
+    }
+    let opts = crate::journal::recovery::RecoverOptions { write: true };
+    let report = crate::journal::recovery::recover(dev, opts).map_err(|e| {
+        tracing::error!("journal recovery failed: {e}");
+        match e {
+            crate::journal::recovery::RecoveryError::Io(e) => FsError::Io(e),
+            crate::journal::recovery::RecoveryError::Corrupt(c) => FsError::Corrupt(c),
+            crate::journal::recovery::RecoveryError::Unsupported(_) => FsError::NotSupported,
+        }
+    })?;
+    if !report.needed {
+        return Ok(None);
+    }
+    tracing::info!(
+        transactions = report.transactions,
+        blocks = report.blocks_replayed,
+        revoked = report.blocks_revoked,
+        "recovered the journal"
+    );
+    Ok(Some(read_superblock(dev)?))
 }
 
 /// Explains why [`Filesystem::mount`] refused, for messages to the user.
@@ -154,9 +181,6 @@ pub fn refusal_reason(dev: &dyn BlockDevice) -> Option<String> {
             incompat.join(", ")
         ));
     }
-    if sb.has_incompat(feature::INCOMPAT_RECOVER) {
-        return Some("the journal needs recovery".into());
-    }
     None
 }
 
@@ -164,6 +188,7 @@ impl Filesystem {
     pub fn mount(dev: Arc<dyn BlockDevice>, config: &MountConfig) -> Result<Arc<Self>> {
         let sb = read_superblock(&*dev)?;
         let read_only = check_features(&sb, config.read_only)?;
+        let sb = recover_if_needed(&*dev, &sb, read_only)?.unwrap_or(sb);
         let descs = read_group_descs(&*dev, &sb)?;
         let free_blocks: i64 = descs.iter().map(|d| d.bg_free_blocks_count as i64).sum();
         let free_inodes: i64 = descs.iter().map(|d| d.bg_free_inodes_count as i64).sum();
