@@ -10,7 +10,7 @@ impl Journal {
     pub fn stats(&self) -> String {
         let c = &self.counters;
         let n = c.transactions.load(Relaxed);
-        let per = |v: u64| if n == 0 { 0 } else { v / n };
+        let per = |v: u64| v.checked_div(n).unwrap_or(0);
         let maxlen = self.log.get().map_or(0, |l| l.maxlen);
         let avg_us = c.avg_commit_micros.load(Relaxed);
         format!(
