@@ -272,3 +272,126 @@ fn sixteen_threads_for_a_minute() {
     m.unmount();
     e2fsck_clean(&m.image);
 }
+
+/// What one tree entry looks like: type and mode, size, links, device,
+/// symlink target, xattrs and a content checksum.
+fn snapshot(root: &Path) -> std::collections::BTreeMap<String, String> {
+    use std::hash::{Hash, Hasher};
+    let mut out = std::collections::BTreeMap::new();
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(dir) = stack.pop() {
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let p = e.unwrap().path();
+            let rel = p.strip_prefix(root).unwrap().display().to_string();
+            if rel == "lost+found" {
+                continue;
+            }
+            let m = std::fs::symlink_metadata(&p).unwrap();
+            let mut desc = format!("mode={:o} nlink={} rdev={}", m.mode(), m.nlink(), m.rdev());
+            if m.is_file() {
+                let mut h = std::collections::hash_map::DefaultHasher::new();
+                std::fs::read(&p).unwrap().hash(&mut h);
+                desc += &format!(" size={} sum={:x}", m.len(), h.finish());
+            } else if m.file_type().is_symlink() {
+                desc += &format!(" -> {}", std::fs::read_link(&p).unwrap().display());
+            } else if m.is_dir() {
+                stack.push(p.clone());
+            }
+            if !m.file_type().is_symlink() && which("getfattr") {
+                let x = Command::new("getfattr")
+                    .args(["-d", "-m", "-", "--absolute-names"])
+                    .arg(&p)
+                    .output()
+                    .unwrap();
+                let text = String::from_utf8_lossy(&x.stdout);
+                let attrs: Vec<&str> = text.lines().filter(|l| l.contains('=')).collect();
+                desc += &format!(" xattrs={attrs:?}");
+            }
+            out.insert(rel, desc);
+        }
+    }
+    out
+}
+
+fn which(cmd: &str) -> bool {
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {cmd}"))
+        .output()
+        .map(|o| o.status.success())
+        .unwrap_or(false)
+}
+
+fn sh(cmd: &str) {
+    let st = Command::new("sh").arg("-c").arg(cmd).status().unwrap();
+    assert!(st.success(), "{cmd}");
+}
+
+/// A workload through the kernel, then the same tree as Linux's ext3 sees it
+/// on a loop mount: names, types, modes, sizes, links, devices, symlink
+/// targets, xattrs and contents.
+#[test]
+fn linux_sees_the_tree_jbdfs_wrote() {
+    if let Some(why) = can_fuse() {
+        eprintln!("skipping FUSE test: {why}");
+        return;
+    }
+    if Command::new("losetup")
+        .arg("-f")
+        .output()
+        .map(|o| !o.status.success())
+        .unwrap_or(true)
+    {
+        eprintln!("skipping: no loop devices");
+        return;
+    }
+    let mut m = Mounted::new(1 << 30, 4096);
+    let d = m.dir.clone();
+    let big: Vec<u8> = (0..6_500_000u32).map(|i| (i * 13 % 256) as u8).collect();
+    std::fs::write(d.join("double-indirect"), &big).unwrap();
+    {
+        use std::io::{Seek, SeekFrom, Write};
+        let mut f = std::fs::File::create(d.join("sparse")).unwrap();
+        f.seek(SeekFrom::Start(350 << 20)).unwrap();
+        f.write_all(b"far away").unwrap();
+    }
+    std::fs::create_dir(d.join("many")).unwrap();
+    for i in 0..3000 {
+        std::fs::write(d.join(format!("many/entry-{i}")), format!("{i}")).unwrap();
+    }
+    for i in (0..3000).step_by(7) {
+        std::fs::rename(
+            d.join(format!("many/entry-{i}")),
+            d.join(format!("many/renamed-{i}")),
+        )
+        .unwrap();
+    }
+    std::fs::hard_link(d.join("double-indirect"), d.join("many/hardlink")).unwrap();
+    std::os::unix::fs::symlink("double-indirect", d.join("fast-link")).unwrap();
+    std::os::unix::fs::symlink("x".repeat(300), d.join("slow-link")).unwrap();
+    sh(&format!(
+        "mkfifo {0}/fifo && mknod {0}/null c 1 3 && mknod {0}/loopish b 7 200",
+        d.display()
+    ));
+    std::fs::set_permissions(d.join("sparse"), std::fs::Permissions::from_mode(0o4751)).unwrap();
+    if which("setfattr") {
+        sh(&format!("setfattr -n user.colour -v blue {0}/sparse && setfattr -n trusted.big -v 0s{1} {0}/many", d.display(), "QUFB".repeat(200)));
+    }
+    let ours = snapshot(&d);
+    m.unmount();
+    e2fsck_clean(&m.image);
+    let dir = m.dir.clone();
+    let st = Command::new("mount")
+        .args(["-o", "loop,ro", "-t", "ext3"])
+        .arg(&m.image)
+        .arg(&dir)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let theirs = snapshot(&dir);
+    let _ = Command::new("umount").arg(&dir).status();
+    assert_eq!(ours.len(), theirs.len());
+    for (k, v) in &ours {
+        assert_eq!(Some(v), theirs.get(k), "{k}");
+    }
+}
