@@ -35,6 +35,8 @@ pub struct DaemonConfig {
     pub batching: crate::journal::Batching,
     /// -o stats=PATH: journal statistics, refreshed every second.
     pub stats: Option<PathBuf>,
+    /// -o dirsync or -o sync.
+    pub dirsync: bool,
 }
 
 /// Opens the backing store and mounts the filesystem in-process.
@@ -55,6 +57,7 @@ pub fn open_filesystem(cfg: &DaemonConfig) -> anyhow::Result<Arc<Filesystem>> {
             commit_interval: std::time::Duration::from_secs(cfg.commit_secs.max(1) as u64),
             batching: cfg.batching,
         },
+        dirsync: cfg.dirsync,
     };
     Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
         let why = crate::fs::mount::refusal_reason(&*dev).unwrap_or_else(|| e.to_string());

@@ -99,6 +99,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         commit_secs: opts.commit,
         batching: batching(&opts),
         stats: opts.stats.clone(),
+        dirsync: opts.dirsync || opts.sync,
     };
     daemon::check_mountable(&cfg)?;
     if foreground {

@@ -78,6 +78,7 @@ impl Mounted {
             commit_secs: 5,
             batching: Default::default(),
             stats: None,
+            dirsync: false,
         };
         let server = std::thread::spawn(move || serve(&cfg));
         let deadline = Instant::now() + Duration::from_secs(20);

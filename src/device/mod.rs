@@ -7,11 +7,13 @@
 
 pub mod file;
 pub mod memory;
+pub mod record;
 
 use std::io::{self, IoSlice};
 
 pub use file::{FileDevice, OpenOptions};
 pub use memory::MemoryDevice;
+pub use record::{Event, RecordingDevice};
 
 /// Storage addressed by byte offset.
 ///

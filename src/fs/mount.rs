@@ -23,6 +23,8 @@ pub struct MountConfig {
     /// Bytes of metadata the buffer cache may hold.
     pub cache_size: usize,
     pub journal: JournalConfig,
+    /// `-o dirsync` (or `-o sync`): directory changes are durable on return.
+    pub dirsync: bool,
 }
 
 impl Default for MountConfig {
@@ -31,6 +33,7 @@ impl Default for MountConfig {
             read_only: false,
             cache_size: 256 << 20,
             journal: JournalConfig::default(),
+            dirsync: false,
         }
     }
 }
@@ -55,6 +58,7 @@ pub struct Filesystem {
     pub(crate) free_inodes: AtomicI64,
     /// The orphan chain in memory, oldest first (see orphan.rs).
     pub(crate) orphans: Mutex<Vec<crate::format::InodeNo>>,
+    pub(crate) dirsync: bool,
     /// Serialises renames across directories (see rename.rs).
     pub(crate) rename_lock: Mutex<()>,
     /// Shareable xattr blocks (see xattr.rs).
@@ -223,6 +227,7 @@ impl Filesystem {
             free_inodes: AtomicI64::new(free_inodes),
             orphans: Mutex::new(Vec::new()),
             rename_lock: Mutex::new(()),
+            dirsync: config.dirsync,
             xattr_share: Default::default(),
         });
         if !read_only {

@@ -90,6 +90,17 @@ impl Filesystem {
         Ok(())
     }
 
+    /// A handle for a change to a directory: synchronous under `-o dirsync`
+    /// or `-o sync`, or when the directory has the dirsync flag, as ext3's
+    /// IS_DIRSYNC.
+    pub(crate) fn start_dirop(&self, dir: &Inode) -> Result<Handle<'_>> {
+        let mut h = self.journal.start(NAMEI_CREDITS)?;
+        if self.dirsync || dir.i_flags & crate::format::inode::flags::EXT2_DIRSYNC_FL != 0 {
+            h.set_sync();
+        }
+        Ok(h)
+    }
+
     /// Looks `name` up in `parent` and returns the child's number and inode.
     pub fn lookup(&self, parent: InodeNo, name: &[u8]) -> Result<(InodeNo, Inode)> {
         if name.len() > de::EXT2_NAME_LEN {
@@ -218,7 +229,7 @@ impl Filesystem {
         if is_dir && dst.disk.i_links_count >= EXT3_LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
-        let mut h = self.journal.start(NAMEI_CREDITS)?;
+        let mut h = self.start_dirop(&dst.disk)?;
         let res = self.create_in(&mut h, parent, &mut dst, name, mode, who, init);
         let stop = h.stop();
         let out = res?;
@@ -381,7 +392,7 @@ impl Filesystem {
         if st.disk.i_links_count == 0 {
             return Err(FsError::NotFound);
         }
-        let mut h = self.journal.start(NAMEI_CREDITS)?;
+        let mut h = self.start_dirop(&dst.disk)?;
         let ft = self.dirent_type(st.disk.i_mode);
         let res = self
             .dir_add(&mut h, parent, &mut dst, name, ino, ft)
@@ -434,7 +445,7 @@ impl Filesystem {
             }
             _ => {}
         }
-        let mut h = self.journal.start(NAMEI_CREDITS)?;
+        let mut h = self.start_dirop(&dst.disk)?;
         let res = self.unlink_locked(&mut h, parent, &mut dst, name, slot.ino, &mut st);
         let stop = h.stop();
         let free_now = res?;

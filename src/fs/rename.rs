@@ -13,7 +13,6 @@ use crate::format::dirent as de;
 use crate::format::InodeNo;
 use crate::journal::Handle;
 
-const RENAME_CREDITS: u32 = 48;
 const ROOT: InodeNo = InodeNo(2);
 
 fn is_dot(name: &[u8]) -> bool {
@@ -171,7 +170,7 @@ impl Filesystem {
         let src_ref = self.iget(src.ino)?;
         let tref = target.map(|t| self.iget(t.ino)).transpose()?;
         let (mut sst, mut tst) = lock_pair(&src_ref, tref.as_deref());
-        let mut h = self.journal.start(RENAME_CREDITS)?;
+        let mut h = self.start_dirop(&st.disk)?;
         let res = self.rename_same_dir_in(
             &mut h,
             dir,
@@ -297,7 +296,7 @@ impl Filesystem {
         let src_ref = self.iget(p.src)?;
         let tref = p.target.map(|(t, _)| self.iget(t)).transpose()?;
         let (mut sst, mut tst) = lock_pair(&src_ref, tref.as_deref());
-        let mut h = self.journal.start(RENAME_CREDITS)?;
+        let mut h = self.start_dirop(&nst.disk)?;
         let dirs = ((op, ost, oname), (np, nst, nname));
         let res = self.rename_apply_in(&mut h, dirs, flags, &p, &mut sst, tst.as_deref_mut());
         drop((sst, tst));
