@@ -37,6 +37,8 @@ pub struct DaemonConfig {
     pub stats: Option<PathBuf>,
     /// -o dirsync or -o sync.
     pub dirsync: bool,
+    /// -o data=journal.
+    pub data_journal: bool,
 }
 
 /// Opens the backing store and mounts the filesystem in-process.
@@ -58,6 +60,7 @@ pub fn open_filesystem(cfg: &DaemonConfig) -> anyhow::Result<Arc<Filesystem>> {
             batching: cfg.batching,
         },
         dirsync: cfg.dirsync,
+        data_journal: cfg.data_journal,
     };
     Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
         let why = crate::fs::mount::refusal_reason(&*dev).unwrap_or_else(|| e.to_string());

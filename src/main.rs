@@ -100,6 +100,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         batching: batching(&opts),
         stats: opts.stats.clone(),
         dirsync: opts.dirsync || opts.sync,
+        data_journal: opts.data == jbdfs::options::DataMode::Journal,
     };
     daemon::check_mountable(&cfg)?;
     if foreground {

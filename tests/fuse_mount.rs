@@ -79,6 +79,7 @@ impl Mounted {
             batching: Default::default(),
             stats: None,
             dirsync: false,
+            data_journal: false,
         };
         let server = std::thread::spawn(move || serve(&cfg));
         let deadline = Instant::now() + Duration::from_secs(20);

@@ -240,3 +240,53 @@ fn kill_9_of_the_daemon_loses_nothing_fsynced() {
     let _ = child.wait();
     assert_e2fsck_clean(&img.path, "the image after kill -9 and recovery");
 }
+
+#[test]
+fn data_journal_logs_file_data_and_survives_a_crash() {
+    for bs in [1024, 4096] {
+        let img = jbdfs_image(bs);
+        let dev = FileDevice::open(&img.path, OpenOptions::default()).unwrap();
+        let cfg = MountConfig {
+            data_journal: true,
+            ..Default::default()
+        };
+        let fs = Filesystem::mount(Arc::new(dev), &cfg).unwrap();
+        let big: Vec<u8> = (0..3_000_000u32).map(|i| (i * 31 % 253) as u8).collect();
+        let (f, _) = fs.mknod(ROOT, b"big", 0o100644, 0, ME).unwrap();
+        fs.write(f, 0, &big, true).unwrap();
+        fs.write(f, 5000, b"overwritten in place", true).unwrap();
+        let mut expect = big.clone();
+        expect[5000..5020].copy_from_slice(b"overwritten in place");
+        assert_eq!(
+            fs.read(f, 0, big.len() as u32).unwrap(),
+            expect,
+            "reads see logged data"
+        );
+        fs.fsync(f, false).unwrap();
+        let copy = crash_copy(&img, "dj-crash");
+        fs.setattr(
+            f,
+            &jbdfs::fs::namei::SetAttr {
+                size: Some(7000),
+                ..Default::default()
+            },
+            ME,
+        )
+        .unwrap();
+        assert_eq!(fs.read(f, 0, 8000).unwrap(), expect[..7000].to_vec());
+        fs.unmount().unwrap();
+        drop(fs);
+        assert_e2fsck_clean(&img.path, "data=journal after unmount");
+
+        let fs = mount(&copy.path);
+        let (f, _) = fs.lookup(ROOT, b"big").unwrap();
+        assert_eq!(
+            fs.read(f, 0, big.len() as u32).unwrap(),
+            expect,
+            "fsync'd data after replay ({bs})"
+        );
+        fs.unmount().unwrap();
+        drop(fs);
+        assert_e2fsck_clean(&copy.path, "data=journal crash copy after replay");
+    }
+}

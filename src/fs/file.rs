@@ -5,12 +5,15 @@
 use super::inode::InodeState;
 use super::{Filesystem, FsError, Result};
 use crate::format::inode::Timestamp;
-use crate::format::InodeNo;
+use crate::format::{BlockNo, InodeNo};
 use crate::journal::Handle;
 
 /// Journal credits for one write call: a bitmap, a descriptor and the
 /// inode, plus the pointer blocks a run may need.
 const WRITE_CREDITS: u32 = 16;
+
+/// Blocks of file data one handle logs in data=journal.
+const JOURNALED_CHUNK_BLOCKS: usize = 64;
 
 fn now() -> Timestamp {
     let (sec, nsec) = crate::util::now();
@@ -52,11 +55,34 @@ impl Filesystem {
             let dst = &mut out[(pos - offset) as usize..(run_end - offset) as usize];
             match m.physical {
                 None => dst.fill(0),
-                Some(p) => self.dev.read_at(dst, p.0 as u64 * bs + pos % bs)?,
+                Some(p) => {
+                    self.dev.read_at(dst, p.0 as u64 * bs + pos % bs)?;
+                    if self.data_journal {
+                        self.overlay_cached(p.0, logical as u64 * bs, pos, dst);
+                    }
+                }
             }
             pos = run_end;
         }
         Ok(())
+    }
+
+    /// data=journal: the newest copy of a data block may be in the cache
+    /// (logged, not yet home), so cached blocks win over the device.
+    fn overlay_cached(&self, first: u32, run_start: u64, pos: u64, dst: &mut [u8]) {
+        let bs = self.block_size as u64;
+        let end = pos + dst.len() as u64;
+        let mut at = pos;
+        while at < end {
+            let block = first + ((at - run_start) / bs) as u32;
+            let in_block = (at % bs) as usize;
+            let n = ((bs - at % bs) as usize).min((end - at) as usize);
+            if let Some(buf) = self.cache.peek(BlockNo(block)) {
+                let from = (at - pos) as usize;
+                dst[from..from + n].copy_from_slice(&buf.read()[in_block..in_block + n]);
+            }
+            at += n as u64;
+        }
     }
 
     /// Writes `data` at `offset`, allocating blocks as needed.
@@ -75,8 +101,36 @@ impl Filesystem {
         if !st.disk.is_reg() {
             return Err(FsError::Invalid("write to a non-regular file"));
         }
+        // data=journal logs file data, so a large write is split into
+        // handles the log can hold; otherwise one handle maps it all.
+        let chunk = if self.data_journal {
+            JOURNALED_CHUNK_BLOCKS * self.block_size as usize
+        } else {
+            data.len().max(1)
+        };
+        let mut written = 0;
+        for piece in data.chunks(chunk) {
+            let at = offset + written as u64;
+            let n = self.write_handle(ino, &mut st, at, piece, privileged)?;
+            written += n;
+            if n < piece.len() {
+                break;
+            }
+        }
+        Ok(written)
+    }
+
+    /// One handle's worth of a write: map, write, update the inode.
+    fn write_handle(
+        &self,
+        ino: InodeNo,
+        st: &mut InodeState,
+        offset: u64,
+        data: &[u8],
+        privileged: bool,
+    ) -> Result<usize> {
         let mut h = self.journal.start(WRITE_CREDITS)?;
-        let (written, err) = self.write_runs(&mut h, ino, &mut st, offset, data, privileged);
+        let (written, err) = self.write_runs(&mut h, ino, st, offset, data, privileged);
         if written > 0 {
             let end = offset + written as u64;
             if end > st.disk.i_size {
@@ -129,7 +183,12 @@ impl Filesystem {
             let run_start = logical as u64 * bs;
             let chunk_end = (run_start + m.count as u64 * bs).min(end);
             let src = &data[(pos - offset) as usize..(chunk_end - offset) as usize];
-            if let Err(e) = self.write_run(p.0 as u64 * bs, run_start, pos, src, m.new) {
+            let res = if self.data_journal {
+                self.write_run_journaled(h, p.0, run_start, pos, src, m.new)
+            } else {
+                self.write_run(p.0 as u64 * bs, run_start, pos, src, m.new)
+            };
+            if let Err(e) = res {
                 return ((pos - offset) as usize, Some(e));
             }
             pos = chunk_end;
@@ -166,6 +225,38 @@ impl Filesystem {
         Ok(())
     }
 
+    /// data=journal: the run's blocks go through the cache and the journal,
+    /// like metadata, and reach home only at checkpoint.
+    fn write_run_journaled(
+        &self,
+        h: &mut Handle<'_>,
+        first: u32,
+        run_start: u64,
+        pos: u64,
+        src: &[u8],
+        new: bool,
+    ) -> Result<()> {
+        let bs = self.block_size as u64;
+        let end = pos + src.len() as u64;
+        let mut at = pos;
+        while at < end {
+            let block = first + ((at - run_start) / bs) as u32;
+            let in_block = (at % bs) as usize;
+            let n = ((bs - at % bs) as usize).min((end - at) as usize);
+            let buf = if new {
+                self.cache.get_new(BlockNo(block))?
+            } else {
+                self.cache.get(BlockNo(block))?
+            };
+            h.get_write_access(&buf)?;
+            let from = (at - pos) as usize;
+            buf.write()[in_block..in_block + n].copy_from_slice(&src[from..from + n]);
+            h.dirty_metadata(&buf)?;
+            at += n as u64;
+        }
+        Ok(())
+    }
+
     /// Changes a file's size: shrinking frees the blocks past the end and
     /// zeroes the tail of the last block; growing leaves a hole.
     pub(crate) fn set_size(
@@ -184,8 +275,15 @@ impl Filesystem {
             if tail != 0 {
                 let m = self.map_blocks(ino, st, (size / bs) as u32, 1)?;
                 if let Some(p) = m.physical {
-                    let zeros = vec![0u8; (bs - tail) as usize];
-                    self.dev.write_at(&zeros, p.0 as u64 * bs + tail)?;
+                    if self.data_journal {
+                        let buf = self.cache.get(p)?;
+                        h.get_write_access(&buf)?;
+                        buf.write()[tail as usize..].fill(0);
+                        h.dirty_metadata(&buf)?;
+                    } else {
+                        let zeros = vec![0u8; (bs - tail) as usize];
+                        self.dev.write_at(&zeros, p.0 as u64 * bs + tail)?;
+                    }
                 }
             }
         }

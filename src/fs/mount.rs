@@ -25,6 +25,8 @@ pub struct MountConfig {
     pub journal: JournalConfig,
     /// `-o dirsync` (or `-o sync`): directory changes are durable on return.
     pub dirsync: bool,
+    /// `-o data=journal`: file data is logged like metadata.
+    pub data_journal: bool,
 }
 
 impl Default for MountConfig {
@@ -34,6 +36,7 @@ impl Default for MountConfig {
             cache_size: 256 << 20,
             journal: JournalConfig::default(),
             dirsync: false,
+            data_journal: false,
         }
     }
 }
@@ -59,6 +62,7 @@ pub struct Filesystem {
     /// The orphan chain in memory, oldest first (see orphan.rs).
     pub(crate) orphans: Mutex<Vec<crate::format::InodeNo>>,
     pub(crate) dirsync: bool,
+    pub(crate) data_journal: bool,
     /// Serialises renames across directories (see rename.rs).
     pub(crate) rename_lock: Mutex<()>,
     /// Shareable xattr blocks (see xattr.rs).
@@ -228,6 +232,7 @@ impl Filesystem {
             orphans: Mutex::new(Vec::new()),
             rename_lock: Mutex::new(()),
             dirsync: config.dirsync,
+            data_journal: config.data_journal && !read_only,
             xattr_share: Default::default(),
         });
         if !read_only {

@@ -173,8 +173,23 @@ impl Journal {
     pub fn start(&self, credits: u32) -> io::Result<Handle<'_>> {
         self.handles.fetch_add(1, Ordering::Relaxed);
         let mut st = self.state.lock();
-        while st.locked {
-            self.wake.wait(&mut st);
+        loop {
+            if st.locked {
+                self.wake.wait(&mut st);
+                continue;
+            }
+            // A transaction past a quarter of the log takes no new handles
+            // until it has committed (jbd's "transaction too big").
+            let full = self
+                .log
+                .get()
+                .is_some_and(|l| st.running.buffers.len() as u32 >= l.maxlen / 4);
+            if !full || st.error.is_some() {
+                break;
+            }
+            st.commit_request = st.commit_request.max(st.running.tid);
+            self.commit_wake.notify_one();
+            self.wake.wait_for(&mut st, Duration::from_millis(50));
         }
         if let Some(e) = &st.error {
             return Err(io::Error::other(format!("journal aborted: {e}")));
