@@ -274,7 +274,11 @@ impl Filesystem {
             }
             (InodeNo(sb.s_journal_inum), self.block_size as u64)
         };
-        let map = self.journal_map(inum)?;
+        let sb = self.sb.lock().clone();
+        let map = crate::journal::jmap::JournalMap::load(&*self.dev, &sb)
+            .map_err(|e| FsError::CorruptInode(inum, e.to_string()))?
+            .blocks()
+            .to_vec();
         let first = *map
             .first()
             .ok_or(FsError::CorruptInode(inum, "empty journal".into()))?;
@@ -298,23 +302,6 @@ impl Filesystem {
         self.write_superblock_direct()?;
         self.journal.enable(map, &jsb, cfg)?;
         Ok(())
-    }
-
-    /// The disk block of every journal block, from inode 8's block map.
-    fn journal_map(&self, inum: InodeNo) -> Result<Vec<u32>> {
-        let inode = self.iget(inum)?;
-        let st = inode.state.read();
-        let blocks = (st.disk.i_size / self.block_size as u64) as u32;
-        let mut map = Vec::with_capacity(blocks as usize);
-        while (map.len() as u32) < blocks {
-            let l = map.len() as u32;
-            let m = self.map_blocks(inum, &st, l, blocks - l)?;
-            let p = m.physical.ok_or_else(|| {
-                FsError::CorruptInode(inum, format!("journal has a hole at block {l}"))
-            })?;
-            map.extend((0..m.count).map(|i| p.0 + i));
-        }
-        Ok(map)
     }
 
     /// Writes the in-memory superblock straight to the device and flushes:
