@@ -96,3 +96,64 @@ fn ordered_data_precedes_the_commit_that_maps_it() {
         "checkpoint wrote metadata home at unmount"
     );
 }
+
+#[test]
+fn journal_mode_logs_file_data_before_it_goes_home() {
+    let opts = MkfsOptions {
+        block_size: Some(4096),
+        ..Default::default()
+    };
+    let size = 64 << 20;
+    let mem = Arc::new(MemoryDevice::new(size).unwrap());
+    let g = plan(&opts, size).unwrap();
+    format(&*mem, &opts, &g, Zeroed::All, &mut Progress::quiet()).unwrap();
+    let sb = jbdfs::fs::mount::read_superblock(&*mem).unwrap();
+    let jmap = jbdfs::journal::jmap::JournalMap::load(&*mem, &sb).unwrap();
+    let log: std::collections::HashSet<u64> =
+        jmap.blocks().iter().map(|&b| b as u64 * 4096).collect();
+    let rec = Arc::new(RecordingDevice::new(mem.clone()));
+    let dev: Arc<dyn BlockDevice> = rec.clone();
+    let cfg = MountConfig {
+        data_journal: true,
+        ..Default::default()
+    };
+    let fs = Filesystem::mount(dev, &cfg).unwrap();
+    let pattern: Vec<u8> = (0..4096u32).map(|i| (i % 241) as u8 ^ 0xA5).collect();
+    let (f, _) = fs.mknod(ROOT, b"file", 0o100644, 0, ME).unwrap();
+    fs.write(f, 0, &pattern, true).unwrap();
+    fs.fsync(f, false).unwrap();
+    fs.unmount().unwrap();
+    let events = rec.events();
+    let holds = |data: &Vec<u8>| data.windows(64).any(|w| w == &pattern[..64]);
+    let writes: Vec<(usize, u64, bool)> = events
+        .iter()
+        .enumerate()
+        .filter_map(|(i, e)| match e {
+            Event::Write { offset, data } if holds(data) => {
+                let in_log =
+                    (0..data.len() as u64 / 4096).any(|k| log.contains(&(offset + k * 4096)));
+                Some((i, *offset, in_log))
+            }
+            _ => None,
+        })
+        .collect();
+    let first = writes.first().expect("the data was written");
+    assert!(
+        first.2,
+        "data=journal: the data's first write is to the log"
+    );
+    // The commit that seals the logged data (the mount's own commit came
+    // earlier).
+    let commit_at = events
+        .iter()
+        .enumerate()
+        .skip(first.0)
+        .find(|(_, e)| matches!(e, Event::Write { data, .. } if is_commit_block(data)))
+        .map(|(i, _)| i)
+        .expect("a commit block after the logged data");
+    let home = writes
+        .iter()
+        .find(|w| !w.2)
+        .expect("checkpoint wrote the data home");
+    assert!(home.0 > commit_at, "home only after the commit");
+}
