@@ -99,7 +99,10 @@ impl Mounted {
                 .arg(&self.dir)
                 .status();
             if !st.map(|s| s.success()).unwrap_or(false) {
-                let ok = Command::new("umount").arg(&self.dir).status().map(|s| s.success());
+                let ok = Command::new("umount")
+                    .arg(&self.dir)
+                    .status()
+                    .map(|s| s.success());
                 if !ok.unwrap_or(false) {
                     // Never leave the server thread waiting forever.
                     let _ = Command::new("umount").arg("-l").arg(&self.dir).status();
