@@ -205,14 +205,15 @@ impl Filesystem {
         Ok(idx)
     }
 
-    /// Removes `name` from `dir`; returns what it pointed to.
-    pub(crate) fn dir_remove(
+    /// The slot of `name` and its block, announced to the handle: the
+    /// first steps of every change to an existing entry.
+    fn entry_block_for_change(
         &self,
         h: &mut Handle<'_>,
         dir: InodeNo,
         st: &mut InodeState,
         name: &[u8],
-    ) -> Result<DirSlot> {
+    ) -> Result<(DirSlot, Arc<Buffer>)> {
         self.drop_htree(st);
         let slot = self
             .ensure_index(dir, st)?
@@ -222,6 +223,18 @@ impl Filesystem {
             .ok_or(FsError::NotFound)?;
         let buf = self.dir_block(dir, st, slot.block)?;
         h.get_write_access(&buf)?;
+        Ok((slot, buf))
+    }
+
+    /// Removes `name` from `dir`; returns what it pointed to.
+    pub(crate) fn dir_remove(
+        &self,
+        h: &mut Handle<'_>,
+        dir: InodeNo,
+        st: &mut InodeState,
+        name: &[u8],
+    ) -> Result<DirSlot> {
+        let (slot, buf) = self.entry_block_for_change(h, dir, st, name)?;
         let (res, room) = {
             let mut data = buf.write();
             let r = dirent::remove_entry(&mut data, name);
@@ -245,15 +258,7 @@ impl Filesystem {
         ino: InodeNo,
         file_type: u8,
     ) -> Result<()> {
-        self.drop_htree(st);
-        let slot = self
-            .ensure_index(dir, st)?
-            .names
-            .get(name)
-            .copied()
-            .ok_or(FsError::NotFound)?;
-        let buf = self.dir_block(dir, st, slot.block)?;
-        h.get_write_access(&buf)?;
+        let (slot, buf) = self.entry_block_for_change(h, dir, st, name)?;
         {
             let mut data = buf.write();
             let off = dirent::find_entry(&data, name)

@@ -122,12 +122,7 @@ impl Filesystem {
         }
         let src = self.dir_lookup(op, ost, oname)?.ok_or(FsError::NotFound)?;
         let target = self.dir_lookup(np, nst, nname)?;
-        if flags.noreplace && target.is_some() {
-            return Err(FsError::Exists);
-        }
-        if flags.exchange && target.is_none() {
-            return Err(FsError::NotFound);
-        }
+        check_flags(flags, target.is_some())?;
         if let Some(t) = target {
             if t.ino == op || t.ino == np {
                 return Err(FsError::NotEmpty);
@@ -153,12 +148,7 @@ impl Filesystem {
     ) -> Result<()> {
         let src = self.dir_lookup(dir, st, oname)?.ok_or(FsError::NotFound)?;
         let target = self.dir_lookup(dir, st, nname)?;
-        if flags.noreplace && target.is_some() {
-            return Err(FsError::Exists);
-        }
-        if flags.exchange && target.is_none() {
-            return Err(FsError::NotFound);
-        }
+        check_flags(flags, target.is_some())?;
         if src.ino == dir || target.is_some_and(|t| t.ino == dir) {
             return Err(FsError::Invalid("rename of a directory's own entry"));
         }
@@ -377,6 +367,17 @@ impl Filesystem {
         self.write_inode(h, np, &nst.disk)?;
         Ok(freed)
     }
+}
+
+/// RENAME_NOREPLACE needs no target, RENAME_EXCHANGE needs one.
+fn check_flags(flags: RenameFlags, target_exists: bool) -> Result<()> {
+    if flags.noreplace && target_exists {
+        return Err(FsError::Exists);
+    }
+    if flags.exchange && !target_exists {
+        return Err(FsError::NotFound);
+    }
+    Ok(())
 }
 
 fn now_ts() -> crate::format::inode::Timestamp {
