@@ -39,6 +39,8 @@ pub struct DaemonConfig {
     pub dirsync: bool,
     /// -o data=journal.
     pub data_journal: bool,
+    /// -o data=writeback.
+    pub data_writeback: bool,
 }
 
 /// Opens the backing store and mounts the filesystem in-process.
@@ -61,6 +63,7 @@ pub fn open_filesystem(cfg: &DaemonConfig) -> anyhow::Result<Arc<Filesystem>> {
         },
         dirsync: cfg.dirsync,
         data_journal: cfg.data_journal,
+        data_writeback: cfg.data_writeback,
     };
     Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
         let why = crate::fs::mount::refusal_reason(&*dev).unwrap_or_else(|| e.to_string());
