@@ -9,9 +9,11 @@ use crate::format::inode::Timestamp;
 use crate::format::{BlockNo, InodeNo};
 use crate::journal::Handle;
 
-/// Journal credits for one write call: a bitmap, a descriptor and the
-/// inode, plus the pointer blocks a run may need.
-const WRITE_CREDITS: u32 = 16;
+/// Journal credits to map one run of new blocks, beyond its pointer
+/// blocks: bitmaps and descriptors for the data and its pointer blocks
+/// (either may cross a group), the superblock, the inode, and the pointer
+/// chain above the run.
+const RUN_BASE_CREDITS: u32 = 16;
 
 /// Blocks of file data one handle logs in data=journal.
 const JOURNALED_CHUNK_BLOCKS: usize = 64;
@@ -110,18 +112,52 @@ impl Filesystem {
             data.len().max(1)
         };
         let mut written = 0;
-        for piece in data.chunks(chunk) {
+        while written < data.len() {
             if !self.data_journal {
                 self.data.throttle();
             }
+            let piece = &data[written..(written + chunk).min(data.len())];
             let at = offset + written as u64;
-            let n = self.write_handle(ino, &mut st, at, piece, privileged)?;
-            written += n;
-            if n < piece.len() {
-                break;
+            match self.write_handle(ino, &mut st, at, piece, privileged) {
+                Ok(0) => break,
+                Ok(n) => written += n,
+                // What was written stays written, as on Linux.
+                Err(_) if written > 0 => break,
+                Err(e) => return Err(e),
             }
         }
         Ok(written)
+    }
+
+    /// Credits for a run of `n` blocks: its pointer blocks (new ones and
+    /// the ones they hang from), the fixed part, and in data=journal the
+    /// data blocks themselves.
+    fn run_credits(&self, n: u32) -> u32 {
+        let per_pointer_block = self.block_size / 4;
+        let logged = if self.data_journal { n } else { 0 };
+        2 * (n / per_pointer_block + 1) + RUN_BASE_CREDITS + logged
+    }
+
+    /// How many of `want` blocks the handle's credits can map in one run,
+    /// extending the handle where the transaction has room; at least one
+    /// credit is kept for the inode. Zero means: end this handle.
+    fn fit_run(&self, h: &mut Handle<'_>, want: u32) -> u32 {
+        let need = self.run_credits(want) + 1;
+        if h.credits() >= need || h.extend(need - h.credits()) {
+            return want;
+        }
+        let mut n = want / 2;
+        while n > 0 && self.run_credits(n) + 1 > h.credits() {
+            n /= 2;
+        }
+        n
+    }
+
+    /// Credits to start a handle that writes `len` bytes.
+    fn write_credits(&self, len: usize) -> u32 {
+        let blocks = (len as u64).div_ceil(self.block_size as u64) + 1;
+        let want = self.run_credits(blocks.min(u32::MAX as u64) as u32) + 1;
+        want.min(self.journal.max_transaction_credits())
     }
 
     /// One handle's worth of a write: map, write, update the inode.
@@ -133,7 +169,7 @@ impl Filesystem {
         data: &[u8],
         privileged: bool,
     ) -> Result<usize> {
-        let mut h = self.journal.start(WRITE_CREDITS)?;
+        let mut h = self.journal.start(self.write_credits(data.len()))?;
         let (written, err) = self.write_runs(&mut h, ino, st, offset, data, privileged);
         if written > 0 {
             let end = offset + written as u64;
@@ -173,7 +209,11 @@ impl Filesystem {
         let mut pos = offset;
         while pos < end {
             let logical = (pos / bs) as u32;
-            let want = ((end - 1) / bs - pos / bs + 1) as u32;
+            let want = self.fit_run(h, ((end - 1) / bs - pos / bs + 1) as u32);
+            if want == 0 {
+                // Out of credits: the caller goes on in a new handle.
+                return ((pos - offset) as usize, None);
+            }
             let m = match self.get_blocks(h, ino, st, logical, want, privileged) {
                 Ok(m) => m,
                 Err(e) => return ((pos - offset) as usize, Some(e)),
@@ -351,22 +391,34 @@ impl Filesystem {
         let bs = self.block_size as u64;
         let mut logical = offset / bs;
         let last = (end - 1) / bs;
-        let mut h = self.journal.start(WRITE_CREDITS)?;
-        let mut res = Ok(());
-        while logical <= last && res.is_ok() {
-            let want = (last - logical + 1).min(u32::MAX as u64) as u32;
-            res = self
-                .fill_hole(&mut h, ino, &mut st, logical as u32, want, privileged)
-                .map(|n| logical += n as u64);
+        loop {
+            let left = (last + 1 - logical).min(u32::MAX as u64) as usize;
+            let mut h = self
+                .journal
+                .start(self.write_credits(left.saturating_mul(bs as usize)))?;
+            let mut res = Ok(());
+            while logical <= last && res.is_ok() {
+                let want = self.fit_run(&mut h, (last - logical + 1).min(u32::MAX as u64) as u32);
+                if want == 0 {
+                    break;
+                }
+                res = self
+                    .fill_hole(&mut h, ino, &mut st, logical as u32, want, privileged)
+                    .map(|n| logical += n as u64);
+            }
+            let done = logical > last;
+            if res.is_ok() && done && !keep_size && end > st.disk.i_size {
+                st.disk.i_size = end;
+            }
+            st.disk.i_ctime = now();
+            let wrote = self.write_inode(&mut h, ino, &st.disk);
+            h.stop()?;
+            res?;
+            wrote?;
+            if done {
+                return Ok(());
+            }
         }
-        if res.is_ok() && !keep_size && end > st.disk.i_size {
-            st.disk.i_size = end;
-        }
-        st.disk.i_ctime = now();
-        let wrote = self.write_inode(&mut h, ino, &st.disk);
-        h.stop()?;
-        res?;
-        wrote
     }
 
     /// Allocates and zeroes the blocks of a hole at `logical`, or skips

@@ -183,7 +183,7 @@ impl Journal {
         drop(st);
         {
             let mut pending = self.pending_free.lock();
-            for b in &f.t.revokes {
+            for b in &f.t.freed {
                 pending.remove(b);
             }
         }

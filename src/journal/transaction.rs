@@ -40,8 +40,14 @@ pub(super) struct Transaction {
     /// Blocks freed in this transaction: revoked in the log, and not
     /// reallocated until it commits.
     pub revokes: Vec<u32>,
+    /// Every block freed in this transaction (a superset of `revokes`):
+    /// none may be allocated again until it commits.
+    pub freed: Vec<u32>,
     pub updates: u32,
     pub handles: u32,
+    /// jbd's t_outstanding_credits: credits reserved by open handles plus
+    /// buffers already used; bounded by the log's transaction limit.
+    pub outstanding: u32,
     pub started: Instant,
 }
 
@@ -52,14 +58,16 @@ impl Transaction {
             buffers: Vec::new(),
             members: HashSet::new(),
             revokes: Vec::new(),
+            freed: Vec::new(),
             updates: 0,
             handles: 0,
+            outstanding: 0,
             started: Instant::now(),
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.buffers.is_empty() && self.revokes.is_empty()
+        self.buffers.is_empty() && self.revokes.is_empty() && self.freed.is_empty()
     }
 }
 
@@ -172,40 +180,62 @@ impl Journal {
         self.log.get().is_some()
     }
 
-    /// Starts a handle that may dirty up to `credits` metadata buffers.
+    /// The most credits one transaction may hold: a quarter of the log, as
+    /// jbd's j_max_transaction_buffers, so a commit always finds room.
+    pub fn max_transaction_credits(&self) -> u32 {
+        self.log.get().map_or(u32::MAX, |l| l.maxlen / 4)
+    }
+
+    /// Starts a handle that may add up to `credits` buffers to the running
+    /// transaction. It waits while the transaction cannot reserve them.
     pub fn start(&self, credits: u32) -> io::Result<Handle<'_>> {
         self.handles.fetch_add(1, Ordering::Relaxed);
         let mut st = self.state.lock();
-        loop {
-            if st.locked {
-                self.wake.wait(&mut st);
-                continue;
-            }
-            // A transaction past a quarter of the log takes no new handles
-            // until it has committed (jbd's "transaction too big").
-            let full = self
-                .log
-                .get()
-                .is_some_and(|l| st.running.buffers.len() as u32 >= l.maxlen / 4);
-            if !full || st.error.is_some() {
-                break;
-            }
-            st.commit_request = st.commit_request.max(st.running.tid);
-            self.commit_wake.notify_one();
-            self.wake.wait_for(&mut st, Duration::from_millis(50));
-        }
-        if let Some(e) = &st.error {
-            return Err(io::Error::other(format!("journal aborted: {e}")));
-        }
+        let tid = self.reserve(&mut st, credits)?;
         st.running.updates += 1;
         st.running.handles += 1;
         Ok(Handle {
             journal: self,
-            tid: st.running.tid,
+            tid,
             credits,
             sync: false,
             stopped: false,
         })
+    }
+
+    /// Reserves `credits` in the running transaction, waiting for a commit
+    /// while it is too full (jbd's start_this_handle).
+    fn reserve(
+        &self,
+        st: &mut parking_lot::MutexGuard<'_, JState>,
+        credits: u32,
+    ) -> io::Result<u32> {
+        let max = self.max_transaction_credits();
+        if credits > max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a handle of {credits} credits is larger than a transaction may be ({max})"
+                ),
+            ));
+        }
+        loop {
+            if let Some(e) = &st.error {
+                return Err(io::Error::other(format!("journal aborted: {e}")));
+            }
+            if st.locked {
+                self.wake.wait(st);
+                continue;
+            }
+            if !self.logging() || st.running.outstanding + credits <= max {
+                break;
+            }
+            st.commit_request = st.commit_request.max(st.running.tid);
+            self.commit_wake.notify_one();
+            self.wake.wait_for(st, Duration::from_millis(50));
+        }
+        st.running.outstanding += credits;
+        Ok(st.running.tid)
     }
 
     /// Makes every change so far durable: commits the running transaction
@@ -247,6 +277,12 @@ impl Journal {
             return;
         }
         let mut st = self.state.lock();
+        // Only a block with a copy in the log (or on its way there) needs a
+        // revoke record; a data block that never was logged needs none, as
+        // in ext3, and a big truncate then costs no log space for its data.
+        let logged = st.running.members.contains(&block)
+            || st.committing.contains(&block)
+            || st.checkpoint.contains_key(&block);
         if st.running.members.remove(&block) {
             if let Some(i) = st.running.buffers.iter().position(|b| b.block().0 == block) {
                 let b = st.running.buffers.swap_remove(i);
@@ -259,7 +295,10 @@ impl Journal {
         if st.committing.contains(&block) {
             st.revoked_while_committing.insert(block);
         }
-        st.running.revokes.push(block);
+        if logged {
+            st.running.revokes.push(block);
+        }
+        st.running.freed.push(block);
         drop(st);
         self.pending_free.lock().insert(block);
     }
@@ -274,20 +313,30 @@ impl Journal {
         self.handles.load(Ordering::Relaxed)
     }
 
-    fn join(&self, buf: &Arc<Buffer>) {
+    /// Adds `buf` to the running transaction on behalf of a handle with
+    /// `credits` left; a buffer new to the transaction costs one credit.
+    fn join(&self, buf: &Arc<Buffer>, credits: &mut u32) -> io::Result<()> {
         let block = buf.block().0;
         if self.state.lock().running.members.contains(&block) {
-            return;
+            return Ok(());
+        }
+        if *credits == 0 {
+            tracing::error!(block, "a journal handle ran out of credits");
+            return Err(io::Error::other(format!(
+                "journal handle has no credits left for block {block}"
+            )));
         }
         // Pin outside the state lock: pin may wait for a cache write.
         buf.pin();
         let mut st = self.state.lock();
         if st.running.members.insert(block) {
             st.running.buffers.push(buf.clone());
+            *credits -= 1;
         } else {
             drop(st);
             buf.unpin();
         }
+        Ok(())
     }
 }
 
@@ -304,7 +353,7 @@ impl Handle<'_> {
     /// Announces that `buf` is about to change: it joins the transaction.
     pub fn get_write_access(&mut self, buf: &Arc<Buffer>) -> io::Result<()> {
         if self.journal.logging() {
-            self.journal.join(buf);
+            self.journal.join(buf, &mut self.credits)?;
         }
         Ok(())
     }
@@ -313,7 +362,7 @@ impl Handle<'_> {
     pub fn dirty_metadata(&mut self, buf: &Arc<Buffer>) -> io::Result<()> {
         if self.journal.logging() {
             // A caller that skipped get_write_access still gets it right.
-            self.journal.join(buf);
+            self.journal.join(buf, &mut self.credits)?;
         } else {
             buf.mark_dirty();
         }
@@ -330,8 +379,52 @@ impl Handle<'_> {
         self.sync
     }
 
+    /// Credits left: buffers this handle may still add to the transaction.
     pub fn credits(&self) -> u32 {
         self.credits
+    }
+
+    /// Asks for `more` credits in the same transaction (jbd's
+    /// journal_extend); false when the transaction has no room for them.
+    pub fn extend(&mut self, more: u32) -> bool {
+        let j = self.journal;
+        if !j.logging() {
+            self.credits += more;
+            return true;
+        }
+        let mut st = j.state.lock();
+        if st.running.tid != self.tid || st.running.outstanding + more > j.max_transaction_credits()
+        {
+            return false;
+        }
+        st.running.outstanding += more;
+        self.credits += more;
+        true
+    }
+
+    /// Makes sure `need` credits are left, by extending or else by ending
+    /// this handle and starting another, perhaps in the next transaction
+    /// (jbd's journal_restart). The caller must be at a point where its
+    /// changes so far are consistent on their own.
+    pub fn ensure_credits(&mut self, need: u32) -> io::Result<()> {
+        if self.credits >= need || self.extend(need - self.credits) {
+            return Ok(());
+        }
+        let j = self.journal;
+        self.release();
+        let mut st = j.state.lock();
+        let tid = match j.reserve(&mut st, need) {
+            Ok(tid) => tid,
+            Err(e) => {
+                // The handle is gone; Drop must not release it again.
+                self.stopped = true;
+                return Err(e);
+            }
+        };
+        st.running.updates += 1;
+        self.tid = tid;
+        self.credits = need;
+        Ok(())
     }
 
     /// Ends the handle; a sync handle waits for its transaction to commit.
@@ -368,10 +461,15 @@ impl Handle<'_> {
         res
     }
 
-    fn release(&self) {
+    fn release(&mut self) {
         let j = self.journal;
         let mut st = j.state.lock();
         st.running.updates = st.running.updates.saturating_sub(1);
+        // Unused credits go back (the transaction keeps the used ones).
+        if st.running.tid == self.tid {
+            st.running.outstanding = st.running.outstanding.saturating_sub(self.credits);
+        }
+        self.credits = 0;
         let big = j
             .log
             .get()
