@@ -13,26 +13,19 @@ use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::{Caller, SetAttr};
 use jbdfs::fs::xattr::SetMode;
 use jbdfs::fs::{Filesystem, MountConfig};
-use jbdfs::mkfs::{make_filesystem, MkfsOptions, Request};
+use jbdfs::mkfs::MkfsOptions;
 
 const ROOT: InodeNo = InodeNo(2);
 const ME: Caller = Caller { uid: 0, gid: 0 };
 
 /// A 64 MiB image, 1 KiB blocks, with a 1 MiB (1024-block) journal.
 fn tiny_journal_image() -> TempImage {
-    let img = TempImage::new("credits");
-    let req = Request {
-        options: MkfsOptions {
-            block_size: Some(1024),
-            journal_mib: Some(1),
-            ..Default::default()
-        },
-        size: Some(64 << 20),
-        quiet: true,
+    let opts = MkfsOptions {
+        block_size: Some(1024),
+        journal_mib: Some(1),
         ..Default::default()
     };
-    make_filesystem(&img.path, &req).unwrap();
-    img
+    jbdfs_image_with("credits", opts, 64 << 20)
 }
 
 fn mount(img: &TempImage, data_journal: bool) -> Arc<Filesystem> {
