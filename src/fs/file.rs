@@ -230,7 +230,7 @@ impl Filesystem {
             let res = if self.data_journal {
                 self.write_run_journaled(h, p.0, run_start, pos, src, m.new)
             } else {
-                self.write_run(p.0 as u64 * bs, run_start, pos, src, m.new)
+                self.write_run(ino, p.0 as u64 * bs, run_start, pos, src, m.new)
             };
             if let Err(e) = res {
                 return ((pos - offset) as usize, Some(e));
@@ -243,7 +243,15 @@ impl Filesystem {
     /// Writes `src` at file offset `pos` inside a run of blocks that starts
     /// at disk byte `disk` (file offset `run_start`). Partial blocks at the
     /// edges keep their old bytes, or read as zeros when newly allocated.
-    fn write_run(&self, disk: u64, run_start: u64, pos: u64, src: &[u8], new: bool) -> Result<()> {
+    fn write_run(
+        &self,
+        ino: InodeNo,
+        disk: u64,
+        run_start: u64,
+        pos: u64,
+        src: &[u8],
+        new: bool,
+    ) -> Result<()> {
         let bs = self.block_size as u64;
         let end = pos + src.len() as u64;
         let lo = pos / bs * bs;
@@ -251,7 +259,7 @@ impl Filesystem {
         let disk_lo = disk + (lo - run_start);
         let first = (disk_lo / bs) as u32;
         if lo == pos && hi == end {
-            self.data.write(first, src);
+            self.data.write(ino.0, first, src);
             return Ok(());
         }
         let mut buf = vec![0u8; (hi - lo) as usize];
@@ -266,7 +274,7 @@ impl Filesystem {
         }
         let at = (pos - lo) as usize;
         buf[at..at + src.len()].copy_from_slice(src);
-        self.data.write(first, &buf);
+        self.data.write(ino.0, first, &buf);
         Ok(())
     }
 
@@ -329,7 +337,7 @@ impl Filesystem {
                         let mut block = vec![0u8; bs as usize];
                         self.data.read(&mut block, p.0 as u64 * bs)?;
                         block[tail as usize..].fill(0);
-                        self.data.write(p.0, &block);
+                        self.data.write(ino.0, p.0, &block);
                     }
                 }
             }
@@ -343,15 +351,17 @@ impl Filesystem {
 }
 
 impl Filesystem {
-    /// fsync and fdatasync: everything written so far is durable on return.
-    /// File data is written out first, then the transaction holding its
-    /// metadata commits; the commit's flush covers the data, and when there
-    /// was nothing to commit the device is flushed here.
-    pub fn fsync(&self, _ino: InodeNo, _datasync: bool) -> Result<()> {
+    /// fsync and fdatasync: the file's data and everything the journal
+    /// holds so far are durable on return. The file's queued data is written
+    /// out first, then the running transaction commits (in data=ordered that
+    /// commit writes every file's queued data, as ext3's does); the commit's
+    /// flush covers the data, and when no commit flushed after it the
+    /// device is flushed here.
+    pub fn fsync(&self, ino: InodeNo, _datasync: bool) -> Result<()> {
         if self.read_only {
             return Ok(());
         }
-        let written = self.data.drain();
+        let written = self.data.drain_inode(ino.0);
         if let Some(e) = self.data.take_error() {
             return Err(e.into());
         }
