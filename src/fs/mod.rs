@@ -7,6 +7,7 @@
 pub mod balloc;
 pub mod bmap;
 pub mod dir;
+pub mod error;
 pub mod file;
 pub mod ialloc;
 pub mod inode;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::error::{ErrorState, WatchedDevice};
 use super::{FsError, Result};
 use crate::cache::{Buffer, BufferCache};
 use crate::device::BlockDevice;
@@ -27,6 +28,10 @@ pub struct MountConfig {
     pub dirsync: bool,
     /// `-o data=journal`: file data is logged like metadata.
     pub data_journal: bool,
+    /// `-o errors=`: what an error does (see error.rs).
+    pub errors: crate::options::ErrorsPolicy,
+    /// What errors=panic does after recording the error.
+    pub panic_action: super::error::PanicAction,
 }
 
 impl Default for MountConfig {
@@ -37,6 +42,8 @@ impl Default for MountConfig {
             journal: JournalConfig::default(),
             dirsync: false,
             data_journal: false,
+            errors: Default::default(),
+            panic_action: Default::default(),
         }
     }
 }
@@ -67,6 +74,8 @@ pub struct Filesystem {
     pub(crate) rename_lock: Mutex<()>,
     /// Shareable xattr blocks (see xattr.rs).
     pub(crate) xattr_share: super::xattr::XattrShare,
+    /// The errors= policy and the errors seen (see error.rs).
+    pub(crate) errors: Arc<super::error::ErrorState>,
 }
 
 /// Reads and validates the primary superblock.
@@ -170,6 +179,7 @@ fn recover_if_needed(
     if !report.needed {
         return Ok(None);
     }
+    super::error::keep_error_record_after_replay(dev, sb)?;
     tracing::info!(
         transactions = report.transactions,
         blocks = report.blocks_replayed,
@@ -211,8 +221,14 @@ impl Filesystem {
             );
             return Err(Corruption::new(Location::Superblock, err).into());
         }
+        let errors = ErrorState::new(config.errors, config.panic_action, dev.clone(), &sb);
+        // Metadata (through the cache) and file data reach the device through
+        // watches that apply the errors= policy to I/O errors.
+        let meta_dev: Arc<dyn BlockDevice> =
+            Arc::new(WatchedDevice::new(dev.clone(), errors.clone(), true));
+        let dev: Arc<dyn BlockDevice> = Arc::new(WatchedDevice::new(dev, errors.clone(), false));
         let cache = Arc::new(BufferCache::new(
-            dev.clone(),
+            meta_dev,
             block_size as usize,
             config.cache_size,
         ));
@@ -234,7 +250,9 @@ impl Filesystem {
             dirsync: config.dirsync,
             data_journal: config.data_journal && !read_only,
             xattr_share: Default::default(),
+            errors,
         });
+        fs.errors.attach_journal(&fs.journal);
         if !read_only {
             fs.load_journal(config.journal)?;
             fs.mark_mounted()?;
@@ -251,8 +269,9 @@ impl Filesystem {
         self.journal.stats()
     }
 
+    /// Mounted read-only, or made so by an error (errors=remount-ro).
     pub fn is_read_only(&self) -> bool {
-        self.read_only
+        self.read_only || self.errors.is_read_only()
     }
 
     pub fn block_size(&self) -> u32 {
@@ -338,6 +357,7 @@ impl Filesystem {
             sb.s_free_blocks_count = free_blocks;
             sb.s_free_inodes_count = free_inodes;
             sb.s_wtime = crate::util::now().0 as u32;
+            self.errors.stamp(&mut sb);
             sb.to_bytes()
         };
         let bs = self.block_size as u64;
@@ -396,7 +416,7 @@ impl Filesystem {
 
     /// Writes everything home and flushes the device.
     pub fn sync(&self) -> Result<()> {
-        if !self.read_only {
+        if !self.is_read_only() {
             let mut h = self.journal.start(1)?;
             self.write_superblock(&mut h)?;
             h.stop()?;
@@ -407,7 +427,9 @@ impl Filesystem {
 
     /// Marks the filesystem clean and writes everything home.
     pub fn unmount(&self) -> Result<()> {
-        if self.read_only {
+        if self.is_read_only() {
+            // After an error the journal is aborted: the log keeps what
+            // committed, for recovery; nothing more is written.
             return Ok(());
         }
         self.release_all_orphans()?;

@@ -123,6 +123,10 @@ pub struct Journal {
     pub(super) last_sync_writer: std::sync::atomic::AtomicU32,
     /// Synchronous handles waiting for a commit right now.
     pub(super) sync_waiters: AtomicU64,
+    /// The journal was aborted (jbd's JBD_ABORT): nothing more commits and
+    /// new handles get EROFS. Atomic so that an I/O error path holding
+    /// cache locks can abort without taking the state lock.
+    pub(super) aborted: std::sync::atomic::AtomicBool,
 }
 
 impl Journal {
@@ -155,7 +159,24 @@ impl Journal {
             batching: OnceLock::new(),
             last_sync_writer: std::sync::atomic::AtomicU32::new(0),
             sync_waiters: AtomicU64::new(0),
+            aborted: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Aborts the journal (jbd's journal_abort): the running transaction
+    /// never commits, waiters for it get EIO and new handles EROFS.
+    pub fn abort_new_handles(&self) {
+        self.aborted.store(true, Ordering::Release);
+        self.wake.notify_all();
+        self.commit_wake.notify_all();
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
+    }
+
+    fn read_only_error() -> io::Error {
+        io::Error::from_raw_os_error(libc::EROFS)
     }
 
     pub(super) fn batching(&self) -> super::batch::Batching {
@@ -174,6 +195,9 @@ impl Journal {
         self.handles.fetch_add(1, Ordering::Relaxed);
         let mut st = self.state.lock();
         loop {
+            if self.is_aborted() || st.error.is_some() {
+                return Err(Self::read_only_error());
+            }
             if st.locked {
                 self.wake.wait(&mut st);
                 continue;
@@ -190,9 +214,6 @@ impl Journal {
             st.commit_request = st.commit_request.max(st.running.tid);
             self.commit_wake.notify_one();
             self.wake.wait_for(&mut st, Duration::from_millis(50));
-        }
-        if let Some(e) = &st.error {
-            return Err(io::Error::other(format!("journal aborted: {e}")));
         }
         st.running.updates += 1;
         st.running.handles += 1;
@@ -211,6 +232,10 @@ impl Journal {
         if !self.logging() {
             return self.cache.sync_all();
         }
+        if self.is_aborted() {
+            // What was not committed before the abort never will be.
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         // As jbd's journal_force_commit: a synchronous handle, so that
         // concurrent fsyncs batch exactly as synchronous writes do.
         let mut h = self.start(1)?;
@@ -221,7 +246,7 @@ impl Journal {
     /// Waits until transaction `tid` has committed.
     pub(super) fn wait_for_commit(&self, tid: u32) -> io::Result<()> {
         let mut st = self.state.lock();
-        while st.committed < tid && st.error.is_none() {
+        while st.committed < tid && st.error.is_none() && !self.is_aborted() {
             // The commit thread may have exited (unmount); commit inline.
             if st.shutdown {
                 drop(st);
@@ -233,6 +258,7 @@ impl Journal {
         }
         match &st.error {
             Some(e) => Err(io::Error::other(format!("journal aborted: {e}"))),
+            None if st.committed < tid => Err(io::Error::from_raw_os_error(libc::EIO)),
             None => Ok(()),
         }
     }
