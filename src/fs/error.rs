@@ -239,7 +239,8 @@ impl BlockDevice for WatchedDevice {
     fn read_at(&self, buf: &mut [u8], offset: u64) -> io::Result<()> {
         let res = self.inner.read_at(buf, offset);
         if res.is_err() && self.report_reads {
-            self.state.device_error("jbdfs_read_metadata", offset, line!());
+            self.state
+                .device_error("jbdfs_read_metadata", offset, line!());
         }
         res
     }
@@ -248,7 +249,8 @@ impl BlockDevice for WatchedDevice {
         self.refuse_if_halted()?;
         let res = self.inner.write_at(buf, offset);
         if res.is_err() {
-            self.state.device_error("jbdfs_write_block", offset, line!());
+            self.state
+                .device_error("jbdfs_write_block", offset, line!());
         }
         res
     }
@@ -257,7 +259,8 @@ impl BlockDevice for WatchedDevice {
         self.refuse_if_halted()?;
         let res = self.inner.write_vectored_at(bufs, offset);
         if res.is_err() {
-            self.state.device_error("jbdfs_write_block", offset, line!());
+            self.state
+                .device_error("jbdfs_write_block", offset, line!());
         }
         res
     }

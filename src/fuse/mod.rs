@@ -126,7 +126,6 @@ fn sized(reply: ReplyXattr, data: &[u8], size: u32) {
     }
 }
 
-
 impl fuser::Filesystem for JbdFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
         let wanted = InitFlags::FUSE_ASYNC_READ
