@@ -90,7 +90,17 @@ fn mke2fs_image() -> Option<Vec<u8>> {
     let img = common::TempImage::sparse("seed-mke2fs", walk::SPARSE_DEVICE as u64);
     let out = common::run(
         "mke2fs",
-        ["-q", "-F", "-t", "ext3", "-b", "1024", "-J", "size=1", img.path_str()],
+        [
+            "-q",
+            "-F",
+            "-t",
+            "ext3",
+            "-b",
+            "1024",
+            "-J",
+            "size=1",
+            img.path_str(),
+        ],
     );
     out.success().then(|| std::fs::read(&img.path).unwrap())
 }
@@ -114,10 +124,9 @@ fn crashed_journal() -> Vec<u8> {
     let sb = jbdfs::fs::mount::read_superblock(&*mem).unwrap();
     let map = jbdfs::journal::jmap::JournalMap::load(&*mem, &sb).unwrap();
     let bs = sb.block_size() as usize;
-    let jsb = jbdfs::format::jbd::JournalSuperblock::parse(
-        &img[map.blocks()[0] as usize * bs..][..bs],
-    )
-    .unwrap();
+    let jsb =
+        jbdfs::format::jbd::JournalSuperblock::parse(&img[map.blocks()[0] as usize * bs..][..bs])
+            .unwrap();
     let mut out = jsb.s_sequence.to_be_bytes().to_vec();
     for &b in &map.blocks()[1..] {
         let block = &img[b as usize * bs..(b as usize + 1) * bs];

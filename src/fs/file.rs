@@ -15,6 +15,11 @@ const WRITE_CREDITS: u32 = 16;
 /// Blocks of file data one handle logs in data=journal.
 const JOURNALED_CHUNK_BLOCKS: usize = 64;
 
+/// Blocks one handle maps otherwise: the pointer blocks and bitmaps of a
+/// run this long (under 50 with 1 KiB blocks) stay far below a quarter of
+/// the smallest journal, so no transaction outgrows the log.
+const MAPPED_CHUNK_BLOCKS: usize = 8192;
+
 fn now() -> Timestamp {
     let (sec, nsec) = crate::util::now();
     Timestamp { sec, nsec }
@@ -101,12 +106,12 @@ impl Filesystem {
         if !st.disk.is_reg() {
             return Err(FsError::Invalid("write to a non-regular file"));
         }
-        // data=journal logs file data, so a large write is split into
-        // handles the log can hold; otherwise one handle maps it all.
+        // A large write is split into handles the log can hold: in
+        // data=journal for its data, otherwise for its pointer blocks.
         let chunk = if self.data_journal {
             JOURNALED_CHUNK_BLOCKS * self.block_size as usize
         } else {
-            data.len().max(1)
+            MAPPED_CHUNK_BLOCKS * self.block_size as usize
         };
         let mut written = 0;
         for piece in data.chunks(chunk) {
@@ -336,11 +341,25 @@ impl Filesystem {
         let last = (end - 1) / bs;
         let mut h = self.journal.start(WRITE_CREDITS)?;
         let mut res = Ok(());
+        let mut in_handle = 0u64;
         while logical <= last && res.is_ok() {
-            let want = (last - logical + 1).min(u32::MAX as u64) as u32;
+            if in_handle >= MAPPED_CHUNK_BLOCKS as u64 {
+                // A new handle, so that no transaction outgrows the log.
+                if !keep_size {
+                    st.disk.i_size = st.disk.i_size.max(logical * bs);
+                }
+                self.write_inode(&mut h, ino, &st.disk)?;
+                h.stop()?;
+                h = self.journal.start(WRITE_CREDITS)?;
+                in_handle = 0;
+            }
+            let want = (last - logical + 1).min(MAPPED_CHUNK_BLOCKS as u64) as u32;
             res = self
                 .fill_hole(&mut h, ino, &mut st, logical as u32, want, privileged)
-                .map(|n| logical += n as u64);
+                .map(|n| {
+                    logical += n as u64;
+                    in_handle += n as u64;
+                });
         }
         if res.is_ok() && !keep_size && end > st.disk.i_size {
             st.disk.i_size = end;

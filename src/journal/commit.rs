@@ -183,7 +183,7 @@ impl Journal {
         drop(st);
         {
             let mut pending = self.pending_free.lock();
-            for b in &f.t.revokes {
+            for b in f.t.revokes.iter().chain(&f.t.unlogged_frees) {
                 pending.remove(b);
             }
         }

@@ -179,7 +179,10 @@ pub fn scribble(fs: &Filesystem, dirs: &[InodeNo], report: &mut WalkReport) {
             let data = vec![i as u8 ^ 0x5a; 5000 + i * 3000];
             tally(fs.write(f, 0, &data, true).is_ok());
             tally(fs.link(f, dir, b"scribble-link").is_ok());
-            tally(fs.rename(dir, name.as_bytes(), ROOT, b"moved", Default::default()).is_ok());
+            tally(
+                fs.rename(dir, name.as_bytes(), ROOT, b"moved", Default::default())
+                    .is_ok(),
+            );
             tally(fs.unlink(dir, b"scribble-link").is_ok());
         }
         let sub = fs.mkdir(dir, b"scribble-dir", 0o755, WHO);
