@@ -3,6 +3,8 @@
 //! "e2fsck -fy repairs, then e2fsck -fn finds nothing".
 #![allow(dead_code)]
 
+pub mod daemon;
+
 use std::path::Path;
 use std::sync::Arc;
 
