@@ -285,3 +285,79 @@ fn the_bases_are_clean_and_fully_readable() {
         Outcome::Refused(m) => panic!("the base was refused: {m}"),
     }
 }
+
+/// Walks a mounted tree with system calls; errors are fine, returns the
+/// number of entries seen.
+fn walk_mount(dir: &std::path::Path, budget: &mut usize) -> usize {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut seen = 0;
+    for e in rd.flatten() {
+        if *budget == 0 {
+            break;
+        }
+        *budget -= 1;
+        seen += 1;
+        let p = e.path();
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => seen += walk_mount(&p, budget),
+            Ok(m) if m.is_file() => {
+                let _ = std::fs::read(&p);
+            }
+            Ok(m) if m.file_type().is_symlink() => {
+                let _ = std::fs::read_link(&p);
+            }
+            _ => {}
+        }
+    }
+    let _ = std::fs::write(dir.join("daemon-scribble"), b"written through FUSE");
+    let _ = std::fs::create_dir(dir.join("daemon-dir"));
+    let _ = std::fs::remove_file(dir.join("daemon-scribble"));
+    seen
+}
+
+/// A handful of damaged images through the real daemon: it exits non-zero
+/// with a message, or serves a walk with writes and exits after umount —
+/// never a Rust panic (exit 101), a signal, or a hang.
+#[test]
+fn damaged_images_through_the_daemon() {
+    use robust_common::daemon::{cannot_fuse, Daemon};
+    if let Some(why) = cannot_fuse() {
+        eprintln!("skipping the daemon part: {why}");
+        return;
+    }
+    let base = jbdfs_base();
+    let t = targets(&base);
+    let (mut refused, mut served) = (0, 0);
+    for seed in 0..8u64 {
+        let mut img = base.clone();
+        let what = damage(&mut img, &t, &mut Rng::new(seed));
+        let tag = format!("daemon seed {seed} ({what})");
+        let file = to_file(&img, "damage-daemon");
+        let dir = common::TempDir::new("damage-mnt");
+        match Daemon::start(&file.path, &dir.path, "", Duration::from_secs(30)) {
+            Err(e) => {
+                assert_ne!(e.status.code(), Some(101), "{tag}: panicked: {}", e.stderr);
+                assert!(e.status.code().is_some(), "{tag}: killed by a signal");
+                assert!(!e.status.success(), "{tag}");
+                assert!(e.stderr.contains("cannot mount"), "{tag}: {}", e.stderr);
+                refused += 1;
+            }
+            Ok(d) => {
+                let (tx, rx) = mpsc::channel();
+                let root = dir.path.clone();
+                std::thread::spawn(move || {
+                    let _ = tx.send(walk_mount(&root, &mut 5000));
+                });
+                rx.recv_timeout(Duration::from_secs(60))
+                    .unwrap_or_else(|_| panic!("{tag}: the walk through FUSE hung"));
+                let e = d.stop();
+                assert_ne!(e.status.code(), Some(101), "{tag}: panicked: {}", e.stderr);
+                assert!(e.status.code().is_some(), "{tag}: killed by a signal");
+                served += 1;
+            }
+        }
+    }
+    eprintln!("through the daemon: {refused} refused, {served} served");
+}

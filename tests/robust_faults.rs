@@ -8,6 +8,7 @@ mod common;
 mod robust_common;
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use jbdfs::device::{FaultOp, FaultPlan, MemoryDevice};
 use jbdfs::fs::error::PanicAction;
@@ -255,6 +256,104 @@ fn a_write_fault_at_each_of_the_first_requests() {
         let fs = mount_mem(&again);
         let (k, _) = fs.lookup(ROOT, b"kept").unwrap();
         assert_eq!(read_all(&fs, k), pattern(50_000, 1), "nth={nth}");
+        fs.unmount().unwrap();
+    }
+}
+
+/// An image with a committed file "good" and a file "bad" whose first
+/// block pointer lies outside the filesystem; returns it and bad's inode.
+fn image_with_corrupt_file() -> (Vec<u8>, u32) {
+    let mem = small_image(SIZE);
+    let fs = mount_mem(&mem);
+    make_file(&fs, ROOT, "good", &pattern(50_000, 1));
+    let bad = make_file(&fs, ROOT, "bad", &pattern(5000, 2));
+    let sb = fs.superblock();
+    fs.unmount().unwrap();
+    drop(fs);
+    let mut img = mem.snapshot();
+    let dev = MemoryDevice::from_vec(img.clone());
+    let gd = jbdfs::fs::mount::read_group_descs(&dev, &sb).unwrap();
+    let index = (bad.0 - 1) % sb.s_inodes_per_group;
+    let group = ((bad.0 - 1) / sb.s_inodes_per_group) as usize;
+    let at = gd[group].bg_inode_table as usize * sb.block_size() as usize
+        + index as usize * sb.inode_size() as usize;
+    img[at + 40..at + 44].copy_from_slice(&0xFFFF_FF00u32.to_le_bytes());
+    (img, bad.0)
+}
+
+fn os_errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
+    match r {
+        Ok(v) => panic!("expected an error, got {v:?}"),
+        Err(e) => e.raw_os_error().unwrap_or(0),
+    }
+}
+
+/// `-o errors=` in the daemon: corruption met while serving a read is
+/// EIO to the reader, then continue goes on writing, remount-ro refuses
+/// writes with EROFS and keeps reading, and panic makes the daemon exit
+/// (status 70) at once. The superblock records the error, naming the
+/// inode, and e2fsck -fy repairs the image to clean with "good" intact.
+#[test]
+fn errors_option_takes_effect_in_the_daemon() {
+    use robust_common::daemon::{cannot_fuse, Daemon};
+    if let Some(why) = cannot_fuse() {
+        eprintln!("skipping the daemon part: {why}");
+        return;
+    }
+    for policy in ["continue", "remount-ro", "panic"] {
+        let (img, bad) = image_with_corrupt_file();
+        let file = to_file(&img, "errors-daemon");
+        let dir = common::TempDir::new("errors-mnt");
+        let opts = format!("errors={policy}");
+        let mut d = Daemon::start(&file.path, &dir.path, &opts, Duration::from_secs(20))
+            .unwrap_or_else(|e| panic!("{policy}: {e:?}"));
+        let m = dir.path.clone();
+        let read = os_errno(std::fs::read(m.join("bad")));
+        if policy == "panic" {
+            // The daemon is gone before it answers: the request aborts
+            // (ECONNABORTED), or, when the kernel's readahead met the
+            // error first, the connection is already gone (ENOTCONN).
+            assert!(
+                read == libc::ECONNABORTED || read == libc::ENOTCONN,
+                "errors=panic: errno {read}"
+            );
+        } else {
+            assert_eq!(read, libc::EIO, "{policy}");
+        }
+        match policy {
+            "continue" => {
+                std::fs::write(m.join("after"), b"still writable").unwrap();
+                let e = d.stop();
+                assert!(e.status.success(), "{}", e.stderr);
+            }
+            "remount-ro" => {
+                assert_eq!(os_errno(std::fs::write(m.join("after"), b"x")), libc::EROFS);
+                assert_eq!(os_errno(std::fs::create_dir(m.join("d"))), libc::EROFS);
+                assert_eq!(std::fs::read(m.join("good")).unwrap(), pattern(50_000, 1));
+                let e = d.stop();
+                assert!(e.status.success(), "{}", e.stderr);
+            }
+            _ => {
+                let e = d
+                    .wait_exit(Duration::from_secs(10))
+                    .expect("errors=panic: the daemon did not exit");
+                assert_eq!(e.status.code(), Some(70), "{}", e.stderr);
+            }
+        }
+        let h = common::dumpe2fs_header(&file.path);
+        assert!(
+            h.field("Filesystem state").contains("with errors"),
+            "{policy}"
+        );
+        // The kernel may retry a failed read: one error or more.
+        assert!(h.num("FS Error count") >= 1, "{policy}");
+        assert_eq!(h.num("First error inode #"), bad as u64, "{policy}");
+        assert_eq!(h.field("First error function"), "jbdfs_fuse_request");
+        assert_repairs_to_clean(&file.path, &format!("errors={policy}"));
+        let fixed = Arc::new(MemoryDevice::from_vec(std::fs::read(&file.path).unwrap()));
+        let fs = mount_mem(&fixed);
+        let (g, _) = fs.lookup(ROOT, b"good").unwrap();
+        assert_eq!(read_all(&fs, g), pattern(50_000, 1), "{policy}");
         fs.unmount().unwrap();
     }
 }
