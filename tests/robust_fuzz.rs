@@ -15,7 +15,10 @@ use std::sync::Arc;
 
 use jbdfs::device::{BlockDevice, MemoryDevice};
 
-const TARGETS: [(&str, fn(&[u8])); 4] = [
+/// A fuzz target's body.
+type Body = fn(&[u8]);
+
+const TARGETS: [(&str, Body); 4] = [
     ("format_parsers", harness::format_parsers),
     ("journal_recovery", harness::journal_recovery),
     ("mount_walk", harness::mount_walk),
@@ -171,7 +174,7 @@ fn write_seed_corpus() {
     write_seed("format_parsers", "group-desc", &base[2048..2048 + 64]);
     let dev = MemoryDevice::from_vec(base.clone());
     let sb = jbdfs::fs::mount::read_superblock(&dev).unwrap();
-    let gd = jbdfs::fs::mount::read_group_descs(&dev, &sb).unwrap()[0].clone();
+    let gd = jbdfs::fs::mount::read_group_descs(&dev, &sb).unwrap()[0];
     let it = gd.bg_inode_table as usize * 1024;
     write_seed("format_parsers", "inode-root", &base[it + 256..it + 512]);
     let root = jbdfs::format::inode::Inode::parse(&base[it + 256..it + 512]).unwrap();

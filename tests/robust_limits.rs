@@ -50,6 +50,11 @@ fn assert_clean(mem: &MemoryDevice, what: &str) {
     common::assert_e2fsck_clean(&img.path, what);
 }
 
+/// File i's content in the journal-filling workload.
+fn content(i: u32) -> Vec<u8> {
+    pattern(100 + (i as usize % 7) * 900, i)
+}
+
 /// The smallest journal mke2fs makes (1024 blocks), filled many times
 /// over by small transactions, in both block sizes; a crash copy taken
 /// with the log in use recovers clean too.
@@ -61,12 +66,7 @@ fn a_tiny_journal_filled_many_times() {
         let fs = mount_with(&mem, false);
         let (d, _) = fs.mkdir(ROOT, b"many", 0o755, ME).unwrap();
         for i in 0..3000u32 {
-            let f = make_file(
-                &fs,
-                d,
-                &format!("f{i}"),
-                &pattern(100 + (i as usize % 7) * 900, i),
-            );
+            let f = make_file(&fs, d, &format!("f{i}"), &content(i));
             if i % 3 == 0 {
                 fs.unlink(d, format!("f{i}").as_bytes()).unwrap();
             }
@@ -83,11 +83,7 @@ fn a_tiny_journal_filled_many_times() {
         let fs = mount_mem(&again);
         let (d, _) = fs.lookup(ROOT, b"many").unwrap();
         let (f, _) = fs.lookup(d, b"f2500").unwrap();
-        assert_eq!(
-            read_all(&fs, f),
-            pattern(100 + (2500 % 7) * 900, 2500),
-            "{stats}"
-        );
+        assert_eq!(read_all(&fs, f), content(2500), "{stats}");
         fs.unmount().unwrap();
         assert_clean(&again, "the crash copy after jbdfs's replay");
     }
