@@ -55,6 +55,7 @@ fn check_after_fault(mem: &MemoryDevice, tag: &str, func: &str) {
     assert_eq!(h.field("First error function"), func, "{tag}");
     assert!(h.get("First error time").is_some(), "{tag}");
     assert!(h.get("Last error time").is_some(), "{tag}");
+    replayed_by_jbdfs_keeps_the_record(mem, tag);
     let fixed = assert_repairs_to_clean(&img.path, tag);
     let fixed_bytes = std::fs::read(&img.path).unwrap();
     let again = Arc::new(MemoryDevice::from_vec(fixed_bytes));
@@ -70,6 +71,19 @@ fn check_after_fault(mem: &MemoryDevice, tag: &str, func: &str) {
     fs.unmount().unwrap();
     let h = common::dumpe2fs_header(&to_file(&again.snapshot(), tag).path);
     assert_eq!(h.field("Filesystem state"), "clean", "{tag}: after fsck");
+}
+
+/// jbdfs's own recovery of the faulted image (a copy): the committed file
+/// is there, and the replay did not wipe the error record.
+fn replayed_by_jbdfs_keeps_the_record(mem: &MemoryDevice, tag: &str) {
+    let copy = Arc::new(MemoryDevice::from_vec(mem.snapshot()));
+    let fs = mount_mem(&copy);
+    let (f, _) = fs.lookup(ROOT, b"kept").unwrap();
+    assert_eq!(read_all(&fs, f), pattern(50_000, 1), "{tag}: after replay");
+    fs.unmount().unwrap();
+    let h = common::dumpe2fs_header(&to_file(&copy.snapshot(), tag).path);
+    assert_eq!(h.field("Filesystem state"), "clean with errors", "{tag}");
+    assert!(h.num("FS Error count") >= 1, "{tag}: after replay");
 }
 
 #[test]
