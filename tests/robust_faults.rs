@@ -371,3 +371,26 @@ fn errors_option_takes_effect_in_the_daemon() {
         fs.unmount().unwrap();
     }
 }
+
+/// Corruption met on a read-only mount is counted, but nothing is
+/// written: the image stays byte for byte as it was.
+#[test]
+fn a_read_only_mount_records_errors_in_memory_only() {
+    let (img, _) = image_with_corrupt_file();
+    let mem = Arc::new(MemoryDevice::from_vec(img.clone()));
+    let dev: Arc<dyn jbdfs::device::BlockDevice> = mem.clone();
+    let cfg = MountConfig {
+        read_only: true,
+        ..Default::default()
+    };
+    let fs = Filesystem::mount(dev, &cfg).unwrap();
+    let (bad, _) = fs.lookup(ROOT, b"bad").unwrap();
+    let err = fs.read(bad, 0, 4096).unwrap_err();
+    assert_eq!(err.errno(), libc::EIO);
+    fs.report_error(&err, "test_read");
+    assert_eq!(fs.error_state().error_count(), 1);
+    assert!(fs.is_read_only());
+    fs.unmount().unwrap();
+    drop(fs);
+    assert!(mem.snapshot() == img, "a read-only mount wrote to the image");
+}

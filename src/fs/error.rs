@@ -63,6 +63,9 @@ pub struct ErrorState {
     /// The device below the watch: the error record must reach it even
     /// after writes through the watch are refused.
     raw: Arc<dyn BlockDevice>,
+    /// A read-only mount records errors in memory only (ext3 writes
+    /// nothing to a read-only filesystem).
+    record_on_disk: bool,
     block_size: u64,
     journal: OnceLock<Weak<Journal>>,
     read_only: AtomicBool,
@@ -76,11 +79,13 @@ impl ErrorState {
         panic_action: PanicAction,
         raw: Arc<dyn BlockDevice>,
         sb: &Superblock,
+        read_only: bool,
     ) -> Arc<Self> {
         Arc::new(ErrorState {
             policy,
             panic_action,
             raw,
+            record_on_disk: !read_only,
             block_size: sb.block_size() as u64,
             journal: OnceLock::new(),
             read_only: AtomicBool::new(false),
@@ -132,6 +137,10 @@ impl ErrorState {
             r.first.get_or_insert_with(|| rec.clone());
             r.last = Some(rec);
         }
+        if self.policy == ErrorsPolicy::Panic {
+            // Before anything else can reach the device.
+            self.halted.store(true, Ordering::Release);
+        }
         if self.policy != ErrorsPolicy::Continue {
             if !self.read_only.swap(true, Ordering::AcqRel) {
                 tracing::error!("remounting the filesystem read-only");
@@ -140,11 +149,12 @@ impl ErrorState {
                 j.abort_new_handles();
             }
         }
-        if let Err(e) = self.write_record() {
-            tracing::error!("could not record the error in the superblock: {e}");
+        if self.record_on_disk {
+            if let Err(e) = self.write_record() {
+                tracing::error!("could not record the error in the superblock: {e}");
+            }
         }
         if self.policy == ErrorsPolicy::Panic {
-            self.halted.store(true, Ordering::Release);
             tracing::error!("errors=panic: stopping after the error");
             if self.panic_action == PanicAction::ExitProcess {
                 std::process::exit(PANIC_EXIT_STATUS);

@@ -221,7 +221,13 @@ impl Filesystem {
             );
             return Err(Corruption::new(Location::Superblock, err).into());
         }
-        let errors = ErrorState::new(config.errors, config.panic_action, dev.clone(), &sb);
+        let errors = ErrorState::new(
+            config.errors,
+            config.panic_action,
+            dev.clone(),
+            &sb,
+            read_only,
+        );
         // Metadata (through the cache) and file data reach the device through
         // watches that apply the errors= policy to I/O errors.
         let meta_dev: Arc<dyn BlockDevice> =

@@ -1,4 +1,3 @@
-#![allow(dead_code)]
 //! Mount an image that may be damaged and use all of it: list every
 //! directory, stat and read every file, read symlinks and attributes, then
 //! (optionally) write — create, write, rename, link, unlink, rmdir — and
@@ -6,6 +5,8 @@
 //! bug. Shared by tests/robust_damage.rs and the fuzz targets (fuzz/, which
 //! includes this file by path), and the decoder of the fuzz targets'
 //! "sparse image" input format lives here too.
+
+#![allow(dead_code)]
 
 use std::collections::HashSet;
 use std::sync::Arc;
