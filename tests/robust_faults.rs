@@ -392,5 +392,8 @@ fn a_read_only_mount_records_errors_in_memory_only() {
     assert!(fs.is_read_only());
     fs.unmount().unwrap();
     drop(fs);
-    assert!(mem.snapshot() == img, "a read-only mount wrote to the image");
+    assert!(
+        mem.snapshot() == img,
+        "a read-only mount wrote to the image"
+    );
 }

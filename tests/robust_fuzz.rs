@@ -108,6 +108,30 @@ fn mke2fs_image() -> Option<Vec<u8>> {
     out.success().then(|| std::fs::read(&img.path).unwrap())
 }
 
+/// An mke2fs image in which Linux made an htree directory (300 entries)
+/// and a few files; None without loop mounts.
+fn linux_htree_image() -> Option<Vec<u8>> {
+    if let Err(why) = common::loop_mounts_available() {
+        eprintln!("no Linux-made seed: {why}");
+        return None;
+    }
+    let raw = mke2fs_image()?;
+    let img = common::TempImage::new("seed-linux");
+    std::fs::write(&img.path, raw).unwrap();
+    let _g = common::LOOP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = common::LoopMount::mount(&img.path).ok()?;
+    let dir = m.path().join("big");
+    std::fs::create_dir(&dir).unwrap();
+    for i in 0..300 {
+        // Empty: the seed keeps the directory, not 300 data blocks.
+        std::fs::write(dir.join(format!("entry-with-a-longer-name-{i}")), b"").unwrap();
+    }
+    std::fs::write(m.path().join("file"), vec![3u8; 20_000]).unwrap();
+    std::os::unix::fs::symlink("big/entry-with-a-longer-name-7", m.path().join("sym")).unwrap();
+    m.umount().expect_ok();
+    Some(std::fs::read(&img.path).unwrap())
+}
+
 /// A journal holding committed transactions: the base image mounted,
 /// changed and fsync'd, copied without unmounting (a crash).
 fn crashed_journal() -> Vec<u8> {
@@ -160,6 +184,9 @@ fn write_seed_corpus() {
         fs.symlink(root, b"link", b"dir/file", who).unwrap();
         fs.unmount().unwrap();
         images.push(("mke2fs-tree", without_log(mem.snapshot())));
+    }
+    if let Some(linux) = linux_htree_image() {
+        images.push(("linux-htree", without_log(linux)));
     }
     for (name, img) in &images {
         write_seed("mount_walk", name, &sparse(img));
