@@ -81,6 +81,7 @@ impl Mounted {
             dirsync: false,
             data_journal: false,
             data_writeback: false,
+            errors: Default::default(),
         };
         let server = std::thread::spawn(move || serve(&cfg));
         let deadline = Instant::now() + Duration::from_secs(20);

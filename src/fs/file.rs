@@ -18,6 +18,11 @@ const RUN_BASE_CREDITS: u32 = 16;
 /// Blocks of file data one handle logs in data=journal.
 const JOURNALED_CHUNK_BLOCKS: usize = 64;
 
+/// Blocks one handle maps otherwise. Credits would allow more; the bound
+/// keeps handles short and lets the data queue throttle a huge write
+/// (an in-process caller may pass any length) every few MiB.
+const MAPPED_CHUNK_BLOCKS: usize = 1024;
+
 fn now() -> Timestamp {
     let (sec, nsec) = crate::util::now();
     Timestamp { sec, nsec }
@@ -104,12 +109,12 @@ impl Filesystem {
         if !st.disk.is_reg() {
             return Err(FsError::Invalid("write to a non-regular file"));
         }
-        // data=journal logs file data, so a large write is split into
-        // handles the log can hold; otherwise one handle maps it all.
+        // A large write is split into handles the log can hold: in
+        // data=journal for its data, otherwise for its pointer blocks.
         let chunk = if self.data_journal {
             JOURNALED_CHUNK_BLOCKS * self.block_size as usize
         } else {
-            data.len().max(1)
+            MAPPED_CHUNK_BLOCKS * self.block_size as usize
         };
         let mut written = 0;
         while written < data.len() {
@@ -417,8 +422,11 @@ impl Filesystem {
                     .map(|n| logical += n as u64);
             }
             let done = logical > last;
-            if res.is_ok() && done && !keep_size && end > st.disk.i_size {
-                st.disk.i_size = end;
+            if res.is_ok() && !keep_size {
+                // Each handle commits on its own, so i_size must cover the
+                // blocks allocated so far (ext3 allows no blocks past it).
+                let reached = if done { end } else { logical * bs };
+                st.disk.i_size = st.disk.i_size.max(reached);
             }
             st.disk.i_ctime = now();
             let wrote = self.write_inode(&mut h, ino, &st.disk);

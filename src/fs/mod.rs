@@ -8,6 +8,7 @@ pub mod balloc;
 pub mod bmap;
 pub mod data;
 pub mod dir;
+pub mod error;
 pub mod file;
 pub mod ialloc;
 pub mod inode;

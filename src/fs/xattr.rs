@@ -124,7 +124,7 @@ impl Filesystem {
         ino: InodeNo,
         edit: impl FnOnce(&mut Vec<Xattr>) -> Result<()>,
     ) -> Result<()> {
-        if self.read_only {
+        if self.is_read_only() {
             return Err(FsError::ReadOnly);
         }
         let inode = self.iget(ino)?;

@@ -33,6 +33,9 @@ impl Journal {
         let Some(log) = self.log.get() else {
             return self.cache.sync_all();
         };
+        if self.is_aborted() {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         let Some(frozen) = self.drain() else {
             return Ok(());
         };
@@ -203,7 +206,7 @@ impl Journal {
     fn abort(&self, e: &io::Error) {
         tracing::error!("journal commit failed, aborting the journal: {e}");
         self.state.lock().error = Some(e.to_string());
-        self.wake.notify_all();
+        self.abort_new_handles();
     }
 
     /// The commit thread: commits on request, and every commit interval.

@@ -133,6 +133,10 @@ pub struct Journal {
     pub(super) sync_waiters: AtomicU64,
     /// The file data writer, told before each flush ahead of a commit block.
     pub(super) flush_hook: OnceLock<Arc<dyn super::CommitFlushHook>>,
+    /// The journal was aborted (jbd's JBD_ABORT): nothing more commits and
+    /// new handles get EROFS. Atomic so that an I/O error path holding
+    /// cache locks can abort without taking the state lock.
+    pub(super) aborted: std::sync::atomic::AtomicBool,
 }
 
 impl Journal {
@@ -166,7 +170,24 @@ impl Journal {
             last_sync_writer: std::sync::atomic::AtomicU32::new(0),
             sync_waiters: AtomicU64::new(0),
             flush_hook: OnceLock::new(),
+            aborted: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Aborts the journal (jbd's journal_abort): the running transaction
+    /// never commits, waiters for it get EIO and new handles EROFS.
+    pub fn abort_new_handles(&self) {
+        self.aborted.store(true, Ordering::Release);
+        self.wake.notify_all();
+        self.commit_wake.notify_all();
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
+    }
+
+    fn read_only_error() -> io::Error {
+        io::Error::from_raw_os_error(libc::EROFS)
     }
 
     pub(super) fn batching(&self) -> super::batch::Batching {
@@ -220,8 +241,8 @@ impl Journal {
             ));
         }
         loop {
-            if let Some(e) = &st.error {
-                return Err(io::Error::other(format!("journal aborted: {e}")));
+            if self.is_aborted() || st.error.is_some() {
+                return Err(Self::read_only_error());
             }
             if st.locked {
                 self.wake.wait(st);
@@ -244,6 +265,10 @@ impl Journal {
         if !self.logging() {
             return self.cache.sync_all();
         }
+        if self.is_aborted() {
+            // What was not committed before the abort never will be.
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         // As jbd's journal_force_commit: a synchronous handle, so that
         // concurrent fsyncs batch exactly as synchronous writes do.
         let mut h = self.start(1)?;
@@ -254,7 +279,7 @@ impl Journal {
     /// Waits until transaction `tid` has committed.
     pub(super) fn wait_for_commit(&self, tid: u32) -> io::Result<()> {
         let mut st = self.state.lock();
-        while st.committed < tid && st.error.is_none() {
+        while st.committed < tid && st.error.is_none() && !self.is_aborted() {
             // The commit thread may have exited (unmount); commit inline.
             if st.shutdown {
                 drop(st);
@@ -266,6 +291,7 @@ impl Journal {
         }
         match &st.error {
             Some(e) => Err(io::Error::other(format!("journal aborted: {e}"))),
+            None if st.committed < tid => Err(io::Error::from_raw_os_error(libc::EIO)),
             None => Ok(()),
         }
     }
