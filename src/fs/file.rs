@@ -65,7 +65,7 @@ impl Filesystem {
                 None => dst.fill(0),
                 Some(p) => {
                     self.data.read(dst, p.0 as u64 * bs + pos % bs)?;
-                    if self.data_journal {
+                    if self.data_journal || self.has_logged_tails() {
                         self.overlay_cached(p.0, logical as u64 * bs, pos, dst);
                     }
                 }
@@ -75,8 +75,9 @@ impl Filesystem {
         Ok(())
     }
 
-    /// data=journal: the newest copy of a data block may be in the cache
-    /// (logged, not yet home), so cached blocks win over the device.
+    /// data=journal, or a logged truncate tail (tail.rs): the newest copy of
+    /// a data block may be in the cache (logged, not yet home), so cached
+    /// blocks win over the device.
     fn overlay_cached(&self, first: u32, run_start: u64, pos: u64, dst: &mut [u8]) {
         let bs = self.block_size as u64;
         let end = pos + dst.len() as u64;
@@ -230,9 +231,18 @@ impl Filesystem {
                 );
             };
             let run_start = logical as u64 * bs;
-            let chunk_end = (run_start + m.count as u64 * bs).min(end);
+            // A logged truncate tail is written through the log too.
+            let (count, logged) = match self.data_journal {
+                true => (m.count, true),
+                false => match self.plain_data_prefix(p.0, m.count) {
+                    0 if h.extend(1) || h.credits() > 1 => (1, true),
+                    0 => return ((pos - offset) as usize, None),
+                    n => (n, false),
+                },
+            };
+            let chunk_end = (run_start + count as u64 * bs).min(end);
             let src = &data[(pos - offset) as usize..(chunk_end - offset) as usize];
-            let res = if self.data_journal {
+            let res = if logged {
                 self.write_run_journaled(h, p.0, run_start, pos, src, m.new)
             } else {
                 self.write_run(ino, p.0 as u64 * bs, run_start, pos, src, m.new)
@@ -339,10 +349,7 @@ impl Filesystem {
                         buf.write()[tail as usize..].fill(0);
                         h.dirty_metadata(&buf)?;
                     } else {
-                        let mut block = vec![0u8; bs as usize];
-                        self.data.read(&mut block, p.0 as u64 * bs)?;
-                        block[tail as usize..].fill(0);
-                        self.data.write(ino.0, p.0, &block);
+                        self.zero_tail_logged(h, p, tail as usize)?;
                     }
                 }
             }
@@ -404,6 +411,13 @@ impl Filesystem {
             return Err(FsError::Invalid("fallocate of a non-regular file"));
         }
         let bs = self.block_size as u64;
+        if keep_size && end.div_ceil(bs) > st.disk.i_size.div_ceil(bs) {
+            // A block-mapped file cannot own blocks past its size (ext4's
+            // EOFBLOCKS flag is for extents; e2fsck rejects them here), and
+            // silently allocating less would break fallocate's promise.
+            // Linux refuses fallocate on such files altogether.
+            return Err(FsError::NotSupported);
+        }
         let mut logical = offset / bs;
         let last = (end - 1) / bs;
         loop {

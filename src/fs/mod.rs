@@ -16,6 +16,7 @@ pub mod mount;
 pub mod namei;
 pub mod orphan;
 pub mod rename;
+pub mod tail;
 pub mod truncate;
 pub mod xattr;
 

@@ -80,6 +80,8 @@ pub struct Filesystem {
     pub(crate) data_journal: bool,
     /// File data on its way home (data=ordered and data=writeback).
     pub(crate) data: Arc<super::data::DataQueue>,
+    /// Truncate tails logged as metadata (see tail.rs).
+    pub(crate) logged_tails: super::tail::LoggedTails,
     /// Serialises renames across directories (see rename.rs).
     pub(crate) rename_lock: Mutex<()>,
     /// Shareable xattr blocks (see xattr.rs).
@@ -274,6 +276,7 @@ impl Filesystem {
             dirsync: config.dirsync,
             data_journal: config.data_journal && !read_only,
             data,
+            logged_tails: Default::default(),
             xattr_share: Default::default(),
             errors,
         });

@@ -81,10 +81,8 @@ pub(super) struct JState {
     pub running: Transaction,
     /// Commit is draining the running transaction: new handles wait.
     pub locked: bool,
-    /// Blocks of the committing transaction, and those of them revoked
-    /// while it committed (their copies must not be checkpointed).
+    /// Blocks of the committing transaction.
     pub committing: HashSet<u32>,
-    pub revoked_while_committing: HashSet<u32>,
     pub commit_request: u32,
     pub committed: u32,
     /// The next free journal block, and whether the log holds nothing.
@@ -151,7 +149,6 @@ impl Journal {
                 running: Transaction::new(1),
                 locked: false,
                 committing: HashSet::new(),
-                revoked_while_committing: HashSet::new(),
                 commit_request: 0,
                 committed: 0,
                 head: 0,
@@ -315,18 +312,30 @@ impl Journal {
                 b.unpin();
             }
         }
-        if let Some(c) = st.checkpoint.remove(&block) {
-            c.buf.unpin();
-        }
-        if st.committing.contains(&block) {
-            st.revoked_while_committing.insert(block);
-        }
+        // A committed copy waiting for checkpoint (or one committing now)
+        // stays until this transaction commits, as jbd's forget list keeps
+        // it: until then a crash recovers the state before the free, which
+        // needs that copy home if checkpoint empties the log meanwhile.
+        // finish_commit drops it, before the block can be allocated again.
         if logged {
             st.running.revokes.push(block);
         }
         st.running.freed.push(block);
         drop(st);
         self.pending_free.lock().insert(block);
+    }
+
+    /// Whether the log holds, or is about to hold, a copy of `block`: it is
+    /// in the running or the committing transaction, or waits for
+    /// checkpoint. Its newest contents are then in the buffer cache.
+    pub fn holds_copy(&self, block: u32) -> bool {
+        if !self.logging() {
+            return false;
+        }
+        let st = self.state.lock();
+        st.running.members.contains(&block)
+            || st.committing.contains(&block)
+            || st.checkpoint.contains_key(&block)
     }
 
     /// Whether `block` was freed by a transaction that has not committed,
