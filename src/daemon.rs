@@ -39,6 +39,8 @@ pub struct DaemonConfig {
     pub dirsync: bool,
     /// -o data=journal.
     pub data_journal: bool,
+    /// -o data=writeback.
+    pub data_writeback: bool,
     /// -o record=PATH: log every write, flush and mark for crash testing.
     pub record: Option<PathBuf>,
 }
@@ -82,6 +84,7 @@ pub fn open_recorded(
         },
         dirsync: cfg.dirsync,
         data_journal: cfg.data_journal,
+        data_writeback: cfg.data_writeback,
     };
     let fs = Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
         let why = crate::fs::mount::refusal_reason(&*dev).unwrap_or_else(|| e.to_string());

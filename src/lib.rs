@@ -33,7 +33,12 @@
 //!    back through the cache).
 //! 7. Inode-cache shard locks (`InodeCache`): leaves, held only for map
 //!    lookups and inserts.
-//! 8. Device-internal locks (memory device contents): leaves, never held
+//! 8. The data queue's state lock (`fs::data::DataQueue`): held only to
+//!    move blocks in and out of the queue, never across device I/O. Its
+//!    waits (throttle, drain, cancel) wait for the writer thread, which
+//!    takes no other lock, so they are safe under any lock above; throttle
+//!    is called before a handle starts, so a full queue never holds a commit.
+//! 9. Device-internal locks (memory device contents): leaves, never held
 //!    while calling out of the device.
 
 pub mod cache;

@@ -101,6 +101,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         stats: opts.stats.clone(),
         dirsync: opts.dirsync || opts.sync,
         data_journal: opts.data == jbdfs::options::DataMode::Journal,
+        data_writeback: opts.data == jbdfs::options::DataMode::Writeback,
         record: opts.record.clone(),
     };
     daemon::check_mountable(&cfg)?;

@@ -80,6 +80,7 @@ impl Mounted {
             stats: None,
             dirsync: false,
             data_journal: false,
+            data_writeback: false,
             record: None,
         };
         let server = std::thread::spawn(move || serve(&cfg));

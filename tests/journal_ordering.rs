@@ -1,7 +1,9 @@
 //! Ordering at the device, from the write sequence a recording device sees:
 //! in data=ordered, a file's data blocks reach the device, and a flush, before
 //! the commit block of the transaction that maps them; metadata reaches its
-//! home block only after the commit that logged it.
+//! home block only after the commit that logged it. In data=writeback only
+//! metadata is ordered: a commit goes ahead while the data is held back. In
+//! data=journal the data is logged before it goes home.
 
 use std::sync::Arc;
 
@@ -20,8 +22,8 @@ fn is_commit_block(data: &[u8]) -> bool {
     data.len() >= 8 && data[..4] == JBD_MAGIC && data[4..8] == [0, 0, 0, 2]
 }
 
-#[test]
-fn ordered_data_precedes_the_commit_that_maps_it() {
+/// A new 64 MiB filesystem with 4 KiB blocks, in memory.
+fn fresh_image() -> Arc<MemoryDevice> {
     let opts = MkfsOptions {
         block_size: Some(4096),
         ..Default::default()
@@ -30,6 +32,12 @@ fn ordered_data_precedes_the_commit_that_maps_it() {
     let mem = Arc::new(MemoryDevice::new(size).unwrap());
     let g = plan(&opts, size).unwrap();
     format(&*mem, &opts, &g, Zeroed::All, &mut Progress::quiet()).unwrap();
+    mem
+}
+
+#[test]
+fn ordered_data_precedes_the_commit_that_maps_it() {
+    let mem = fresh_image();
     let rec = Arc::new(RecordingDevice::new(mem.clone()));
     let dev: Arc<dyn BlockDevice> = rec.clone();
     let fs = Filesystem::mount(dev, &MountConfig::default()).unwrap();
@@ -99,14 +107,7 @@ fn ordered_data_precedes_the_commit_that_maps_it() {
 
 #[test]
 fn journal_mode_logs_file_data_before_it_goes_home() {
-    let opts = MkfsOptions {
-        block_size: Some(4096),
-        ..Default::default()
-    };
-    let size = 64 << 20;
-    let mem = Arc::new(MemoryDevice::new(size).unwrap());
-    let g = plan(&opts, size).unwrap();
-    format(&*mem, &opts, &g, Zeroed::All, &mut Progress::quiet()).unwrap();
+    let mem = fresh_image();
     let sb = jbdfs::fs::mount::read_superblock(&*mem).unwrap();
     let jmap = jbdfs::journal::jmap::JournalMap::load(&*mem, &sb).unwrap();
     let log: std::collections::HashSet<u64> =
@@ -156,4 +157,143 @@ fn journal_mode_logs_file_data_before_it_goes_home() {
         .find(|w| !w.2)
         .expect("checkpoint wrote the data home");
     assert!(home.0 > commit_at, "home only after the commit");
+}
+
+/// Holds back every write carrying `marker` until opened, so a test can see
+/// what the filesystem does while file data is still on its way.
+struct DataGate {
+    inner: Arc<dyn BlockDevice>,
+    marker: Vec<u8>,
+    open: parking_lot::Mutex<bool>,
+    opened: parking_lot::Condvar,
+}
+
+impl DataGate {
+    fn hold(&self, data: &[u8]) {
+        if data
+            .windows(self.marker.len())
+            .any(|w| w == &self.marker[..])
+        {
+            let mut open = self.open.lock();
+            while !*open {
+                self.opened.wait(&mut open);
+            }
+        }
+    }
+
+    fn open(&self) {
+        *self.open.lock() = true;
+        self.opened.notify_all();
+    }
+}
+
+impl BlockDevice for DataGate {
+    fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+        self.inner.read_at(buf, offset)
+    }
+    fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+        self.hold(buf);
+        self.inner.write_at(buf, offset)
+    }
+    fn write_vectored_at(&self, bufs: &[std::io::IoSlice<'_>], offset: u64) -> std::io::Result<()> {
+        let joined: Vec<u8> = bufs.iter().flat_map(|b| b.iter().copied()).collect();
+        self.write_at(&joined, offset)
+    }
+    fn flush(&self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+    fn size(&self) -> u64 {
+        self.inner.size()
+    }
+}
+
+/// Writes a file while its data is held back at the device, and lets the
+/// periodic commit run; returns the recording and whether a commit block
+/// reached the device while the data was held.
+fn commit_while_data_is_held(writeback: bool) -> (Vec<Event>, Vec<u8>, bool) {
+    let mem = fresh_image();
+    let rec = Arc::new(RecordingDevice::new(mem.clone()));
+    let pattern: Vec<u8> = (0..8192u32).map(|i| (i % 239) as u8 ^ 0x3C).collect();
+    let gate = Arc::new(DataGate {
+        inner: rec.clone(),
+        marker: pattern[..64].to_vec(),
+        open: parking_lot::Mutex::new(false),
+        opened: parking_lot::Condvar::new(),
+    });
+    let dev: Arc<dyn BlockDevice> = gate.clone();
+    let mut cfg = MountConfig {
+        data_writeback: writeback,
+        ..Default::default()
+    };
+    cfg.journal.commit_interval = std::time::Duration::from_millis(200);
+    let fs = Filesystem::mount(dev, &cfg).unwrap();
+    let (f, _) = fs.mknod(ROOT, b"file", 0o100644, 0, ME).unwrap();
+    rec.mark("written");
+    fs.write(f, 0, &pattern, true).unwrap();
+    let commit_after_write = |events: &[Event]| {
+        let from = events
+            .iter()
+            .position(|e| *e == Event::Mark("written".into()))
+            .unwrap();
+        events[from..]
+            .iter()
+            .any(|e| matches!(e, Event::Write { data, .. } if is_commit_block(data)))
+    };
+    // Several commit intervals: long enough for the timer to fire, however
+    // busy the machine.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    let mut committed = false;
+    while !committed && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        committed = commit_after_write(&rec.events());
+    }
+    gate.open();
+    fs.fsync(f, false).unwrap();
+    fs.unmount().unwrap();
+    (rec.events(), pattern, committed)
+}
+
+#[test]
+fn writeback_commits_metadata_without_waiting_for_data() {
+    let (events, pattern, committed) = commit_while_data_is_held(true);
+    assert!(
+        committed,
+        "data=writeback: the commit did not wait for the held file data"
+    );
+    let holds = |data: &Vec<u8>| data.windows(64).any(|w| w == &pattern[..64]);
+    let from = events
+        .iter()
+        .position(|e| *e == Event::Mark("written".into()))
+        .unwrap();
+    let data_at = events[from..]
+        .iter()
+        .position(|e| matches!(e, Event::Write { data, .. } if holds(data)))
+        .expect("the data reached the device once released");
+    let first_commit = events[from..]
+        .iter()
+        .position(|e| matches!(e, Event::Write { data, .. } if is_commit_block(data)))
+        .unwrap();
+    assert!(
+        first_commit < data_at,
+        "the commit block mapping the file ({first_commit}) went before its data ({data_at})"
+    );
+}
+
+#[test]
+fn ordered_commit_waits_for_held_data() {
+    let (events, pattern, committed) = commit_while_data_is_held(false);
+    assert!(
+        !committed,
+        "data=ordered: a commit block reached the device while the data it maps was held"
+    );
+    let holds = |data: &Vec<u8>| data.windows(64).any(|w| w == &pattern[..64]);
+    let data_at = events
+        .iter()
+        .position(|e| matches!(e, Event::Write { data, .. } if holds(data)))
+        .unwrap();
+    let commit_at = events
+        .iter()
+        .skip(data_at)
+        .position(|e| matches!(e, Event::Write { data, .. } if is_commit_block(data)));
+    assert!(commit_at.is_some(), "the commit followed the data");
 }

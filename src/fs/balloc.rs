@@ -146,6 +146,8 @@ impl Filesystem {
 
     /// Frees `count` blocks from `start`, which may span groups.
     pub(crate) fn free_blocks(&self, h: &mut Handle<'_>, start: BlockNo, count: u32) -> Result<()> {
+        // No queued data write may land on the blocks' next owner.
+        self.data.cancel(start.0, count);
         let mut b = start.0;
         let end = start.0.saturating_add(count);
         while b < end {

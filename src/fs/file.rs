@@ -1,6 +1,7 @@
-//! Regular file data: read, write and size changes. File data goes straight
-//! between the caller and the device, one device request per contiguous
-//! run; only the block map's metadata passes through the buffer cache.
+//! Regular file data: read, write and size changes. Reads go to the device
+//! one request per contiguous run; writes go home through the data queue
+//! (data.rs), or through the journal in data=journal. Only the block map's
+//! metadata passes through the buffer cache.
 
 use super::inode::InodeState;
 use super::{Filesystem, FsError, Result};
@@ -56,7 +57,7 @@ impl Filesystem {
             match m.physical {
                 None => dst.fill(0),
                 Some(p) => {
-                    self.dev.read_at(dst, p.0 as u64 * bs + pos % bs)?;
+                    self.data.read(dst, p.0 as u64 * bs + pos % bs)?;
                     if self.data_journal {
                         self.overlay_cached(p.0, logical as u64 * bs, pos, dst);
                     }
@@ -110,6 +111,9 @@ impl Filesystem {
         };
         let mut written = 0;
         for piece in data.chunks(chunk) {
+            if !self.data_journal {
+                self.data.throttle();
+            }
             let at = offset + written as u64;
             let n = self.write_handle(ino, &mut st, at, piece, privileged)?;
             written += n;
@@ -205,23 +209,24 @@ impl Filesystem {
         let lo = pos / bs * bs;
         let hi = end.div_ceil(bs) * bs;
         let disk_lo = disk + (lo - run_start);
+        let first = (disk_lo / bs) as u32;
         if lo == pos && hi == end {
-            self.dev.write_at(src, disk_lo)?;
+            self.data.write(first, src);
             return Ok(());
         }
         let mut buf = vec![0u8; (hi - lo) as usize];
         let last = buf.len() - bs as usize;
         if !new {
             if pos > lo {
-                self.dev.read_at(&mut buf[..bs as usize], disk_lo)?;
+                self.data.read(&mut buf[..bs as usize], disk_lo)?;
             }
             if end < hi && (last > 0 || pos == lo) {
-                self.dev.read_at(&mut buf[last..], disk_lo + last as u64)?;
+                self.data.read(&mut buf[last..], disk_lo + last as u64)?;
             }
         }
         let at = (pos - lo) as usize;
         buf[at..at + src.len()].copy_from_slice(src);
-        self.dev.write_at(&buf, disk_lo)?;
+        self.data.write(first, &buf);
         Ok(())
     }
 
@@ -281,8 +286,10 @@ impl Filesystem {
                         buf.write()[tail as usize..].fill(0);
                         h.dirty_metadata(&buf)?;
                     } else {
-                        let zeros = vec![0u8; (bs - tail) as usize];
-                        self.dev.write_at(&zeros, p.0 as u64 * bs + tail)?;
+                        let mut block = vec![0u8; bs as usize];
+                        self.data.read(&mut block, p.0 as u64 * bs)?;
+                        block[tail as usize..].fill(0);
+                        self.data.write(p.0, &block);
                     }
                 }
             }
@@ -297,11 +304,21 @@ impl Filesystem {
 
 impl Filesystem {
     /// fsync and fdatasync: everything written so far is durable on return.
+    /// File data is written out first, then the transaction holding its
+    /// metadata commits; the commit's flush covers the data, and when there
+    /// was nothing to commit the device is flushed here.
     pub fn fsync(&self, _ino: InodeNo, _datasync: bool) -> Result<()> {
         if self.read_only {
             return Ok(());
         }
+        let written = self.data.drain();
+        if let Some(e) = self.data.take_error() {
+            return Err(e.into());
+        }
         self.journal.force_commit()?;
+        if !self.data.flushed_through(written) {
+            self.dev.flush()?;
+        }
         Ok(())
     }
 

@@ -6,6 +6,7 @@
 
 pub mod balloc;
 pub mod bmap;
+pub mod data;
 pub mod dir;
 pub mod file;
 pub mod ialloc;

@@ -27,6 +27,8 @@ pub struct MountConfig {
     pub dirsync: bool,
     /// `-o data=journal`: file data is logged like metadata.
     pub data_journal: bool,
+    /// `-o data=writeback`: commits do not wait for file data.
+    pub data_writeback: bool,
 }
 
 impl Default for MountConfig {
@@ -37,8 +39,14 @@ impl Default for MountConfig {
             journal: JournalConfig::default(),
             dirsync: false,
             data_journal: false,
+            data_writeback: false,
         }
     }
+}
+
+/// The share of the cache budget given to file data waiting to go home.
+fn data_queue_limit(cache_size: usize) -> usize {
+    (cache_size / 8).clamp(1 << 20, 32 << 20)
 }
 
 /// A mounted ext3 filesystem.
@@ -63,6 +71,8 @@ pub struct Filesystem {
     pub(crate) orphans: Mutex<Vec<crate::format::InodeNo>>,
     pub(crate) dirsync: bool,
     pub(crate) data_journal: bool,
+    /// File data on its way home (data=ordered and data=writeback).
+    pub(crate) data: Arc<super::data::DataQueue>,
     /// Serialises renames across directories (see rename.rs).
     pub(crate) rename_lock: Mutex<()>,
     /// Shareable xattr blocks (see xattr.rs).
@@ -211,11 +221,19 @@ impl Filesystem {
             );
             return Err(Corruption::new(Location::Superblock, err).into());
         }
+        let data_limit = data_queue_limit(config.cache_size);
         let cache = Arc::new(BufferCache::new(
             dev.clone(),
             block_size as usize,
-            config.cache_size,
+            config.cache_size.saturating_sub(data_limit),
         ));
+        let order = if config.data_writeback {
+            super::data::DataOrder::Writeback
+        } else {
+            super::data::DataOrder::Ordered
+        };
+        let data =
+            super::data::DataQueue::start(dev.clone(), block_size as usize, order, data_limit)?;
         let groups = sb.group_count();
         let fs = Arc::new(Filesystem {
             journal: Arc::new(Journal::new(cache.clone())),
@@ -233,9 +251,13 @@ impl Filesystem {
             rename_lock: Mutex::new(()),
             dirsync: config.dirsync,
             data_journal: config.data_journal && !read_only,
+            data,
             xattr_share: Default::default(),
         });
         if !read_only {
+            if !fs.data_journal {
+                fs.journal.set_commit_flush_hook(fs.data.clone());
+            }
             fs.load_journal(config.journal)?;
             fs.mark_mounted()?;
             let n = fs.orphan_cleanup()?;
@@ -397,6 +419,10 @@ impl Filesystem {
     /// Writes everything home and flushes the device.
     pub fn sync(&self) -> Result<()> {
         if !self.read_only {
+            self.data.drain();
+            if let Some(e) = self.data.take_error() {
+                return Err(e.into());
+            }
             let mut h = self.journal.start(1)?;
             self.write_superblock(&mut h)?;
             h.stop()?;
@@ -411,6 +437,10 @@ impl Filesystem {
             return Ok(());
         }
         self.release_all_orphans()?;
+        self.data.shutdown();
+        if let Some(e) = self.data.take_error() {
+            tracing::error!("file data was lost at unmount: {e}");
+        }
         self.sb.lock().s_state |= sbm::EXT2_VALID_FS;
         let mut h = self.journal.start(1)?;
         self.write_superblock(&mut h)?;

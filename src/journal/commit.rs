@@ -3,10 +3,10 @@
 //! revoke records, descriptors and the copies to the log, flush, write the
 //! commit block, flush; then the copies wait for checkpoint.
 //!
-//! File data is written to its home blocks by the write path before the
-//! handle that maps it stops, so in data=ordered it is on the device before
-//! the commit block that references it: the flush ahead of the commit block
-//! covers it.
+//! File data goes home through the data queue (fs/data.rs). In data=ordered
+//! the commit waits for that queue just before the flush ahead of the
+//! commit block, so the data is on the device before the commit block that
+//! references it; in data=writeback it does not wait.
 
 use std::io;
 use std::sync::{Arc, Weak};
@@ -119,6 +119,9 @@ impl Journal {
             self.write_journal_superblock(log, start, f.tid)?;
         }
         self.write_log(log, start, &blocks)?;
+        if let Some(hook) = self.flush_hook.get() {
+            hook.before_commit_flush();
+        }
         self.barrier(log)?;
         let (sec, nsec) = crate::util::now();
         let commit = CommitBlock::new(f.tid, sec as u64, nsec)

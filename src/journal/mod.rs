@@ -27,6 +27,13 @@ pub use transaction::{Handle, Journal};
 use crate::format::jbd::JournalSuperblock;
 use transaction::LogArea;
 
+/// File data the commit must account for before it flushes the device ahead
+/// of a commit block: in data=ordered it writes the data out first (jbd's
+/// ordered-data flush); in every mode it learns that a flush is coming.
+pub trait CommitFlushHook: Send + Sync {
+    fn before_commit_flush(&self);
+}
+
 /// How the log is written.
 #[derive(Clone, Copy, Debug)]
 pub struct JournalConfig {
@@ -86,6 +93,11 @@ impl Journal {
             .set(log)
             .map_err(|_| io::Error::other("journal already enabled"))?;
         Journal::spawn_commit_thread(self, interval)
+    }
+
+    /// Registers the file data writer (once, at mount).
+    pub fn set_commit_flush_hook(&self, hook: Arc<dyn CommitFlushHook>) {
+        let _ = self.flush_hook.set(hook);
     }
 
     /// Commits, checkpoints and stops the commit thread: the log is empty

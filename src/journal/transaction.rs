@@ -123,6 +123,8 @@ pub struct Journal {
     pub(super) last_sync_writer: std::sync::atomic::AtomicU32,
     /// Synchronous handles waiting for a commit right now.
     pub(super) sync_waiters: AtomicU64,
+    /// The file data writer, told before each flush ahead of a commit block.
+    pub(super) flush_hook: OnceLock<Arc<dyn super::CommitFlushHook>>,
 }
 
 impl Journal {
@@ -155,6 +157,7 @@ impl Journal {
             batching: OnceLock::new(),
             last_sync_writer: std::sync::atomic::AtomicU32::new(0),
             sync_waiters: AtomicU64::new(0),
+            flush_hook: OnceLock::new(),
         }
     }
 
