@@ -1,0 +1,302 @@
+//! jbdfs-crash: the crash campaign. `run` records workloads in-process (a
+//! recording device over a memory image, in each data mode), builds crash
+//! states from each log, and checks every state: journal replay,
+//! fsck-jbdfs -fn, e2fsck -fn, and the tree against the model. `check`
+//! re-runs the states of one saved log, or one state, for a reproducer.
+
+mod check;
+mod exec;
+mod model;
+mod rng;
+mod states;
+mod workload;
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use anyhow::{anyhow, Context};
+use clap::{Parser, Subcommand};
+use jbdfs::device::record::{base_image_path, read_log};
+
+use exec::Mode;
+use states::{Choice, Layout};
+
+#[derive(Parser)]
+#[command(name = "jbdfs-crash", version, about = "Crash-state testing for jbdfs")]
+struct Args {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Record workloads and check their crash states.
+    Run {
+        /// The CI-sized campaign (a few minutes on two cores).
+        #[arg(long)]
+        quick: bool,
+        /// Only these workloads (repeatable).
+        #[arg(long = "workload")]
+        workloads: Vec<String>,
+        /// Only these data modes (repeatable).
+        #[arg(long = "mode")]
+        modes: Vec<String>,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Where logs and scratch images go.
+        #[arg(long, default_value = "/tmp/jbdfs-crash")]
+        dir: PathBuf,
+        /// Worker threads checking states.
+        #[arg(long, default_value_t = 2)]
+        jobs: usize,
+    },
+    /// Check the crash states of a saved log (with LOG.base beside it).
+    Check {
+        log: PathBuf,
+        /// Only this state.
+        #[arg(long)]
+        state: Option<usize>,
+        #[command(flatten)]
+        choice: ChoiceArgs,
+    },
+    /// Print a log's operations (rebuilt from its description) and events.
+    Show { log: PathBuf },
+}
+
+#[derive(clap::Args, Clone, Copy)]
+struct ChoiceArgs {
+    /// Test every write boundary when the log has at most this many writes.
+    #[arg(long, default_value_t = 400)]
+    boundaries: usize,
+    /// Random subsets of in-flight writes.
+    #[arg(long, default_value_t = 24)]
+    random: usize,
+    /// Seed of the random subsets.
+    #[arg(long = "subset-seed", default_value_t = 1)]
+    subset_seed: u64,
+}
+
+impl ChoiceArgs {
+    fn choice(self) -> Choice {
+        Choice {
+            boundary_limit: self.boundaries,
+            random: self.random,
+            seed: self.subset_seed,
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    let res = match args.command {
+        Cmd::Run {
+            quick,
+            workloads,
+            modes,
+            seed,
+            dir,
+            jobs,
+        } => campaign(quick, &workloads, &modes, seed, &dir, jobs),
+        Cmd::Check { log, state, choice } => check_log(&log, state, choice.choice(), 2),
+        Cmd::Show { log } => show(&log),
+    };
+    match res {
+        Ok(t) => {
+            println!("crash states: {} tested, {} failed", t.tested, t.failed);
+            if t.failed == 0 {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
+        }
+        Err(e) => {
+            eprintln!("jbdfs-crash: {e:#}");
+            println!("crash states: 0 tested, 1 failed");
+            ExitCode::from(2)
+        }
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct Tally {
+    tested: usize,
+    failed: usize,
+}
+
+/// Sizes of each workload, and how many runs (seeds) of it.
+fn plan(workload: &str, quick: bool) -> (usize, usize) {
+    match (workload, quick) {
+        ("ace", true) => (0, 24),
+        ("ace", false) => (0, 300),
+        ("fsx", true) => (60, 1),
+        ("fsx", false) => (300, 4),
+        ("dirtree", true) => (20, 1),
+        ("dirtree", false) => (60, 3),
+        (_, true) => (30, 1),
+        (_, false) => (120, 4),
+    }
+}
+
+fn campaign(
+    quick: bool,
+    workloads: &[String],
+    modes: &[String],
+    seed: u64,
+    dir: &Path,
+    jobs: usize,
+) -> anyhow::Result<Tally> {
+    std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+    let workloads: Vec<String> = if workloads.is_empty() {
+        workload::WORKLOADS.iter().map(|s| s.to_string()).collect()
+    } else {
+        workloads.to_vec()
+    };
+    let modes: Vec<Mode> = if modes.is_empty() {
+        exec::MODES.to_vec()
+    } else {
+        modes.iter().map(|m| Mode::parse(m)).collect::<anyhow::Result<_>>()?
+    };
+    let choice = Choice {
+        boundary_limit: if quick { 150 } else { 2000 },
+        random: if quick { 8 } else { 64 },
+        seed,
+    };
+    let mut total = Tally::default();
+    let mut table: BTreeMap<(String, &str), Tally> = BTreeMap::new();
+    for w in &workloads {
+        let (size, runs) = plan(w, quick);
+        for mode in &modes {
+            let mut t = Tally::default();
+            for run in 0..runs as u64 {
+                let s = seed.wrapping_mul(1000).wrapping_add(run);
+                let desc = format!("workload={w} mode={} seed={s} size={size}", mode.name());
+                let log = dir.join(format!("{w}-{}-{s}.log", mode.name()));
+                let ops = workload::generate(w, s, size)?;
+                exec::record(&ops, *mode, &log, &desc).with_context(|| format!("recording {desc}"))?;
+                let r = check_log(&log, None, choice, jobs)?;
+                t.tested += r.tested;
+                t.failed += r.failed;
+                if r.failed == 0 {
+                    let _ = std::fs::remove_file(base_image_path(&log));
+                    let _ = std::fs::remove_file(&log);
+                }
+            }
+            eprintln!(
+                "{w:>16} {:>9}: {:>6} states, {} failed",
+                mode.name(),
+                t.tested,
+                t.failed
+            );
+            total.tested += t.tested;
+            total.failed += t.failed;
+            table.insert((w.clone(), mode.name()), t);
+        }
+    }
+    eprintln!("\n| workload | ordered | writeback | journal |\n|---|---|---|---|");
+    for w in &workloads {
+        let cell = |m: &str| {
+            table
+                .get(&(w.clone(), m))
+                .map_or("-".to_string(), |t| format!("{} ({} failed)", t.tested, t.failed))
+        };
+        eprintln!("| {w} | {} | {} | {} |", cell("ordered"), cell("writeback"), cell("journal"));
+    }
+    Ok(total)
+}
+
+/// Prints the operations and the log, marks and flushes in order.
+fn show(log: &Path) -> anyhow::Result<Tally> {
+    let rec = read_log(log).with_context(|| log.display().to_string())?;
+    let (w, _, seed, size) = describe(&rec.description)?;
+    println!("{}", rec.description);
+    for (i, op) in workload::generate(&w, seed, size)?.iter().enumerate() {
+        println!("op {}: {op:?}", i + 1);
+    }
+    for (i, e) in rec.events.iter().enumerate() {
+        match e {
+            jbdfs::device::Event::Write { offset, data } => {
+                println!("{i}: write {} bytes at block {} (1 KiB)", data.len(), offset / 1024)
+            }
+            jbdfs::device::Event::Flush => println!("{i}: flush"),
+            jbdfs::device::Event::Mark(m) => println!("{i}: mark {m}"),
+        }
+    }
+    Ok(Tally::default())
+}
+
+/// The workload, mode, seed and size a log's description names.
+fn describe(desc: &str) -> anyhow::Result<(String, Mode, u64, usize)> {
+    let fields: BTreeMap<&str, &str> = desc.split(' ').filter_map(|f| f.split_once('=')).collect();
+    let get = |k: &str| {
+        fields
+            .get(k)
+            .copied()
+            .ok_or_else(|| anyhow!("the log's description {desc:?} has no {k}="))
+    };
+    Ok((
+        get("workload")?.to_string(),
+        Mode::parse(get("mode")?)?,
+        get("seed")?.parse()?,
+        get("size")?.parse()?,
+    ))
+}
+
+/// Checks the states of one log; prints a reproducer for each failure.
+fn check_log(log: &Path, only: Option<usize>, choice: Choice, jobs: usize) -> anyhow::Result<Tally> {
+    let rec = read_log(log).with_context(|| log.display().to_string())?;
+    let (w, mode, seed, size) = describe(&rec.description)?;
+    let ops = workload::generate(&w, seed, size)?;
+    let exp = check::Expected::build(&ops);
+    let base = std::fs::read(base_image_path(log))
+        .with_context(|| base_image_path(log).display().to_string())?;
+    anyhow::ensure!(base.len() as u64 == rec.device_size, "the base image's size differs from the log's");
+    let layout = Layout::new(&rec.events);
+    let all = states::enumerate(&layout, choice);
+    let chosen: Vec<usize> = match only {
+        Some(i) if i < all.len() => vec![i],
+        Some(i) => anyhow::bail!("state {i}: the log has {} states", all.len()),
+        None => (0..all.len()).collect(),
+    };
+    let failed = std::sync::atomic::AtomicUsize::new(0);
+    let jobs = jobs.clamp(1, 16);
+    std::thread::scope(|s| {
+        for j in 0..jobs {
+            let mine: Vec<usize> = chosen.iter().copied().skip(j).step_by(jobs).collect();
+            let (rec, base, exp, layout, all, failed) = (&rec, &base, &exp, &layout, &all, &failed);
+            s.spawn(move || {
+                let scratch = std::env::temp_dir().join(format!(
+                    "jbdfs-crash-{}-{j}.img",
+                    std::process::id()
+                ));
+                let mut img = base.clone();
+                let mut at = 0;
+                let mut order = mine;
+                order.sort_by_key(|&i| all[i].prefix);
+                for i in order {
+                    let st = &all[i];
+                    states::advance(&mut img, &rec.events, at, st.prefix);
+                    at = st.prefix;
+                    let mut state_img = img.clone();
+                    for &x in &st.extra {
+                        states::apply(&mut state_img, &rec.events[x]);
+                    }
+                    let bounds = states::op_bounds(layout, st, &exp.syncs);
+                    if let Err(f) = check::check_state(state_img, exp, bounds, mode, &scratch) {
+                        failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        println!(
+                            "FAILED [{}] {} state {i} ({} at event {} + {} in-flight writes, operations {}..={}): {}\n  reproduce: jbdfs-crash check {} --state {i} --boundaries {} --random {} --subset-seed {}",
+                            f.class, rec.description, st.kind, st.prefix, st.extra.len(), bounds.0, bounds.1, f.detail,
+                            log.display(), choice.boundary_limit, choice.random, choice.seed
+                        );
+                    }
+                }
+                let _ = std::fs::remove_file(&scratch);
+            });
+        }
+    });
+    Ok(Tally {
+        tested: chosen.len(),
+        failed: failed.into_inner(),
+    })
+}
