@@ -70,7 +70,10 @@ fn shrinking_truncate_never_zeroes_synced_bytes_inside_the_old_size() {
         fs.setattr(f, &shrink, ME).unwrap();
         let events = rec.events();
         drop(fs);
-        let synced = events.iter().position(|e| *e == Event::Mark("synced".into())).unwrap();
+        let synced = events
+            .iter()
+            .position(|e| *e == Event::Mark("synced".into()))
+            .unwrap();
         for upto in synced..=events.len() {
             let img = MemoryDevice::from_vec(image_after(&base, &events, upto));
             recover(&img, RecoverOptions { write: true }).unwrap();

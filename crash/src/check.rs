@@ -117,7 +117,11 @@ fn jbdfs_fsck(dev: &dyn BlockDevice) -> Result<(), Failure> {
         Ok(r) if r.exit_code() == 0 => Ok(()),
         Ok(r) => Err(fail(
             "fsck",
-            format!("fsck-jbdfs -fn exit {}: {}", r.exit_code(), r.problems.join("; ")),
+            format!(
+                "fsck-jbdfs -fn exit {}: {}",
+                r.exit_code(),
+                r.problems.join("; ")
+            ),
         )),
         Err(e) => Err(fail("fsck", format!("fsck-jbdfs -fn: {e}"))),
     }
@@ -137,7 +141,11 @@ pub fn observe(fs: &Filesystem) -> jbdfs::fs::Result<Observed> {
             if name == "." || name == ".." || (dir.is_empty() && name == "lost+found") {
                 continue;
             }
-            let path = if dir.is_empty() { name } else { format!("{dir}/{name}") };
+            let path = if dir.is_empty() {
+                name
+            } else {
+                format!("{dir}/{name}")
+            };
             let inode = fs.getattr(e.ino)?;
             let (kind, size, target) = if inode.is_dir() {
                 todo.push((path.clone(), e.ino));
@@ -266,7 +274,11 @@ fn check_bytes(
         let ok = (from..=hi).any(|k| version(k).is_some_and(|v| v.get(o) == Some(&b)));
         if !ok {
             let want = version(lo).and_then(|v| v.get(o).copied());
-            let class = if want.is_some() && lo > 0 { "lost-data" } else { "stale-data" };
+            let class = if want.is_some() && lo > 0 {
+                "lost-data"
+            } else {
+                "stale-data"
+            };
             return Err(fail(
                 class,
                 format!(

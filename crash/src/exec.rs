@@ -114,13 +114,23 @@ fn run_op(fs: &Filesystem, op: &Op) -> anyhow::Result<()> {
             let (d, n) = split(fs, path).map_err(err)?;
             fs.symlink(d, &n, target, ME).map_err(err)?;
         }
-        Op::Write { path, off, len, seed } => {
+        Op::Write {
+            path,
+            off,
+            len,
+            seed,
+        } => {
             let f = resolve(fs, path).map_err(err)?;
             let data = crate::model::pattern(*seed, *off, *len);
             let n = fs.write(f, *off, &data, true).map_err(err)?;
             anyhow::ensure!(n == data.len(), "short write: {n} of {}", data.len());
         }
-        Op::Fallocate { path, off, len, keep_size } => {
+        Op::Fallocate {
+            path,
+            off,
+            len,
+            keep_size,
+        } => {
             let f = resolve(fs, path).map_err(err)?;
             fs.fallocate(f, *off, *len, *keep_size, true).map_err(err)?;
         }
@@ -148,11 +158,13 @@ fn run_op(fs: &Filesystem, op: &Op) -> anyhow::Result<()> {
         Op::Rename { from, to } => {
             let (od, on) = split(fs, from).map_err(err)?;
             let (nd, nn) = split(fs, to).map_err(err)?;
-            fs.rename(od, &on, nd, &nn, Default::default()).map_err(err)?;
+            fs.rename(od, &on, nd, &nn, Default::default())
+                .map_err(err)?;
         }
         Op::SetXattr { path, name, value } => {
             let f = resolve(fs, path).map_err(err)?;
-            fs.setxattr(f, name, value, Default::default()).map_err(err)?;
+            fs.setxattr(f, name, value, Default::default())
+                .map_err(err)?;
         }
         Op::RemoveXattr { path, name } => {
             let f = resolve(fs, path).map_err(err)?;

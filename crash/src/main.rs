@@ -155,7 +155,10 @@ fn campaign(
     let modes: Vec<Mode> = if modes.is_empty() {
         exec::MODES.to_vec()
     } else {
-        modes.iter().map(|m| Mode::parse(m)).collect::<anyhow::Result<_>>()?
+        modes
+            .iter()
+            .map(|m| Mode::parse(m))
+            .collect::<anyhow::Result<_>>()?
     };
     let choice = Choice {
         boundary_limit: if quick { 150 } else { 2000 },
@@ -173,7 +176,8 @@ fn campaign(
                 let desc = format!("workload={w} mode={} seed={s} size={size}", mode.name());
                 let log = dir.join(format!("{w}-{}-{s}.log", mode.name()));
                 let ops = workload::generate(w, s, size)?;
-                exec::record(&ops, *mode, &log, &desc).with_context(|| format!("recording {desc}"))?;
+                exec::record(&ops, *mode, &log, &desc)
+                    .with_context(|| format!("recording {desc}"))?;
                 let r = check_log(&log, None, choice, jobs)?;
                 t.tested += r.tested;
                 t.failed += r.failed;
@@ -196,11 +200,16 @@ fn campaign(
     eprintln!("\n| workload | ordered | writeback | journal |\n|---|---|---|---|");
     for w in &workloads {
         let cell = |m: &str| {
-            table
-                .get(&(w.clone(), m))
-                .map_or("-".to_string(), |t| format!("{} ({} failed)", t.tested, t.failed))
+            table.get(&(w.clone(), m)).map_or("-".to_string(), |t| {
+                format!("{} ({} failed)", t.tested, t.failed)
+            })
         };
-        eprintln!("| {w} | {} | {} | {} |", cell("ordered"), cell("writeback"), cell("journal"));
+        eprintln!(
+            "| {w} | {} | {} | {} |",
+            cell("ordered"),
+            cell("writeback"),
+            cell("journal")
+        );
     }
     Ok(total)
 }
@@ -216,7 +225,11 @@ fn show(log: &Path) -> anyhow::Result<Tally> {
     for (i, e) in rec.events.iter().enumerate() {
         match e {
             jbdfs::device::Event::Write { offset, data } => {
-                println!("{i}: write {} bytes at block {} (1 KiB)", data.len(), offset / 1024)
+                println!(
+                    "{i}: write {} bytes at block {} (1 KiB)",
+                    data.len(),
+                    offset / 1024
+                )
             }
             jbdfs::device::Event::Flush => println!("{i}: flush"),
             jbdfs::device::Event::Mark(m) => println!("{i}: mark {m}"),
@@ -243,14 +256,22 @@ fn describe(desc: &str) -> anyhow::Result<(String, Mode, u64, usize)> {
 }
 
 /// Checks the states of one log; prints a reproducer for each failure.
-fn check_log(log: &Path, only: Option<usize>, choice: Choice, jobs: usize) -> anyhow::Result<Tally> {
+fn check_log(
+    log: &Path,
+    only: Option<usize>,
+    choice: Choice,
+    jobs: usize,
+) -> anyhow::Result<Tally> {
     let rec = read_log(log).with_context(|| log.display().to_string())?;
     let (w, mode, seed, size) = describe(&rec.description)?;
     let ops = workload::generate(&w, seed, size)?;
     let exp = check::Expected::build(&ops);
     let base = std::fs::read(base_image_path(log))
         .with_context(|| base_image_path(log).display().to_string())?;
-    anyhow::ensure!(base.len() as u64 == rec.device_size, "the base image's size differs from the log's");
+    anyhow::ensure!(
+        base.len() as u64 == rec.device_size,
+        "the base image's size differs from the log's"
+    );
     let layout = Layout::new(&rec.events);
     let all = states::enumerate(&layout, choice);
     let chosen: Vec<usize> = match only {
@@ -312,7 +333,10 @@ mod tests {
             mode.name()
         ));
         let ops = workload::generate(workload, 7, size).unwrap();
-        let desc = format!("workload={workload} mode={} seed=7 size={size}", mode.name());
+        let desc = format!(
+            "workload={workload} mode={} seed=7 size={size}",
+            mode.name()
+        );
         exec::record(&ops, mode, &log, &desc).unwrap();
         (log, ops)
     }
@@ -356,7 +380,10 @@ mod tests {
     #[test]
     fn the_model_rebuilds_from_the_description() {
         let (w, mode, seed, size) = describe("workload=fsx mode=writeback seed=3 size=9").unwrap();
-        assert_eq!((w.as_str(), mode, seed, size), ("fsx", Mode::Writeback, 3, 9));
+        assert_eq!(
+            (w.as_str(), mode, seed, size),
+            ("fsx", Mode::Writeback, 3, 9)
+        );
         assert!(describe("workload=fsx").is_err());
         let a = format!("{:?}", workload::generate("ace", 5, 0).unwrap());
         assert_eq!(a, format!("{:?}", workload::generate("ace", 5, 0).unwrap()));

@@ -28,17 +28,46 @@ pub enum Op {
     Create(String),
     Mkdir(String),
     /// `len` bytes at `off`, the bytes made from `seed` (see [`pattern`]).
-    Write { path: String, off: u64, len: u32, seed: u64 },
-    Fallocate { path: String, off: u64, len: u64, keep_size: bool },
-    Link { from: String, to: String },
+    Write {
+        path: String,
+        off: u64,
+        len: u32,
+        seed: u64,
+    },
+    Fallocate {
+        path: String,
+        off: u64,
+        len: u64,
+        keep_size: bool,
+    },
+    Link {
+        from: String,
+        to: String,
+    },
     Unlink(String),
     Rmdir(String),
     /// rename(2): replaces a file at `to`.
-    Rename { from: String, to: String },
-    Truncate { path: String, size: u64 },
-    SetXattr { path: String, name: Vec<u8>, value: Vec<u8> },
-    RemoveXattr { path: String, name: Vec<u8> },
-    Symlink { path: String, target: Vec<u8> },
+    Rename {
+        from: String,
+        to: String,
+    },
+    Truncate {
+        path: String,
+        size: u64,
+    },
+    SetXattr {
+        path: String,
+        name: Vec<u8>,
+        value: Vec<u8>,
+    },
+    RemoveXattr {
+        path: String,
+        name: Vec<u8>,
+    },
+    Symlink {
+        path: String,
+        target: Vec<u8>,
+    },
     Fsync(String),
     Fdatasync(String),
     Sync,
@@ -115,7 +144,10 @@ impl Model {
     }
 
     fn node_mut(&mut self, path: &str) -> Result<&mut Node, String> {
-        let id = *self.names.get(path).ok_or_else(|| format!("{path}: no such file"))?;
+        let id = *self
+            .names
+            .get(path)
+            .ok_or_else(|| format!("{path}: no such file"))?;
         self.nodes
             .get_mut(&id)
             .ok_or_else(|| format!("{path}: dangling"))
@@ -160,7 +192,9 @@ impl Model {
             Op::Unlink(p) | Op::Rmdir(p) => self.drop_name(p),
             Op::Rename { from, to } => self.rename(from, to)?,
             Op::SetXattr { path, name, value } => {
-                self.node_mut(path)?.xattrs.insert(name.clone(), value.clone());
+                self.node_mut(path)?
+                    .xattrs
+                    .insert(name.clone(), value.clone());
             }
             Op::RemoveXattr { path, name } => {
                 self.node_mut(path)?.xattrs.remove(name);
@@ -219,7 +253,11 @@ impl Model {
                     target,
                     nlink,
                     group: groups[id].clone(),
-                    xattrs: n.xattrs.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+                    xattrs: n
+                        .xattrs
+                        .iter()
+                        .map(|(k, v)| (k.clone(), v.clone()))
+                        .collect(),
                 },
             );
             view.ids.insert(p.clone(), *id);
@@ -279,7 +317,10 @@ mod tests {
         let v = m.view();
         let names: Vec<&String> = v.meta.keys().collect();
         assert_eq!(names, ["b", "b/h", "g"]);
-        assert_eq!(v.meta["b/h"].nlink, 1, "the link lost its partner to the rename");
+        assert_eq!(
+            v.meta["b/h"].nlink, 1,
+            "the link lost its partner to the rename"
+        );
         assert_eq!(v.meta["b"].nlink, 2);
     }
 }

@@ -115,7 +115,11 @@ fn random_subsets(layout: &Layout, choice: Choice, out: &mut Vec<CrashState>) {
         let b = layout.writes.partition_point(|&w| w < end);
         layout.writes[a..b].to_vec()
     };
-    let busy: Vec<usize> = starts.iter().copied().filter(|&s| in_flight(s).len() >= 2).collect();
+    let busy: Vec<usize> = starts
+        .iter()
+        .copied()
+        .filter(|&s| in_flight(s).len() >= 2)
+        .collect();
     let last = *starts.last().unwrap_or(&0);
     for i in 0..choice.random {
         let start = if i % 2 == 0 && in_flight(last).len() >= 2 {
@@ -125,7 +129,10 @@ fn random_subsets(layout: &Layout, choice: Choice, out: &mut Vec<CrashState>) {
         } else {
             return;
         };
-        let extra: Vec<usize> = in_flight(start).into_iter().filter(|_| rng.chance(50)).collect();
+        let extra: Vec<usize> = in_flight(start)
+            .into_iter()
+            .filter(|_| rng.chance(50))
+            .collect();
         out.push(CrashState {
             kind: "subset",
             prefix: start,
@@ -142,7 +149,10 @@ pub fn op_bounds(layout: &Layout, state: &CrashState, syncs: &[bool]) -> (usize,
     let last = state.extra.last().map_or(state.prefix, |&w| w + 1);
     let horizon = layout.next_flush(last.max(state.prefix));
     let done = layout.ops_before(horizon);
-    let lo = (1..=done).rev().find(|&k| syncs.get(k - 1) == Some(&true)).unwrap_or(0);
+    let lo = (1..=done)
+        .rev()
+        .find(|&k| syncs.get(k - 1) == Some(&true))
+        .unwrap_or(0);
     let n = syncs.len();
     let hi = (layout.ops_before(last) + 1).min(n).max(lo);
     (lo, hi)

@@ -6,7 +6,14 @@ use crate::model::{Model, Op};
 use crate::rng::Rng;
 
 /// The workloads, by the names the command line and the logs use.
-pub const WORKLOADS: &[&str] = &["fs_mark", "fsx", "rename_link", "truncate_append", "dirtree", "ace"];
+pub const WORKLOADS: &[&str] = &[
+    "fs_mark",
+    "fsx",
+    "rename_link",
+    "truncate_append",
+    "dirtree",
+    "ace",
+];
 
 /// Builds workload `name`'s operations; `size` scales its length.
 pub fn generate(name: &str, seed: u64, size: usize) -> anyhow::Result<Vec<Op>> {
@@ -23,7 +30,10 @@ pub fn generate(name: &str, seed: u64, size: usize) -> anyhow::Result<Vec<Op>> {
         "truncate_append" => g.truncate_append(size),
         "dirtree" => g.dirtree(size),
         "ace" => g.ace(),
-        _ => anyhow::bail!("unknown workload {name:?} (known: {})", WORKLOADS.join(", ")),
+        _ => anyhow::bail!(
+            "unknown workload {name:?} (known: {})",
+            WORKLOADS.join(", ")
+        ),
     }
     Ok(g.ops)
 }
@@ -178,8 +188,10 @@ impl Gen {
         for _ in 0..size {
             let files = self.files();
             let dirs = self.dirs();
-            let (Some(src), Some(dst_dir)) = (self.rng.pick(&files).cloned(), self.rng.pick(&dirs).cloned())
-            else {
+            let (Some(src), Some(dst_dir)) = (
+                self.rng.pick(&files).cloned(),
+                self.rng.pick(&dirs).cloned(),
+            ) else {
                 break;
             };
             match self.rng.below(8) {
@@ -189,7 +201,10 @@ impl Gen {
                         Some(t) if self.rng.chance(50) => t,
                         _ => self.fresh(&dst_dir, "r"),
                     };
-                    self.push(Op::Rename { from: src, to: to.clone() });
+                    self.push(Op::Rename {
+                        from: src,
+                        to: to.clone(),
+                    });
                     if self.rng.chance(50) {
                         self.push(Op::Fsync(to));
                     }
@@ -234,11 +249,21 @@ impl Gen {
                 }
                 3 => {
                     let size = self.rng.below(cur + 1);
-                    self.push(Op::Truncate { path: f.clone(), size });
+                    self.push(Op::Truncate {
+                        path: f.clone(),
+                        size,
+                    });
                 }
                 4 => {
-                    let size = if self.rng.chance(50) { 0 } else { cur + self.rng.below(20000) };
-                    self.push(Op::Truncate { path: f.clone(), size });
+                    let size = if self.rng.chance(50) {
+                        0
+                    } else {
+                        cur + self.rng.below(20000)
+                    };
+                    self.push(Op::Truncate {
+                        path: f.clone(),
+                        size,
+                    });
                 }
                 _ => {}
             }
@@ -274,7 +299,10 @@ impl Gen {
             if round % 2 == 1 {
                 let old = format!("t{}", round - 1);
                 let newer = format!("u{round}");
-                self.push(Op::Rename { from: old, to: newer.clone() });
+                self.push(Op::Rename {
+                    from: old,
+                    to: newer.clone(),
+                });
                 self.remove_tree(&newer);
                 self.push(Op::Sync);
             }
@@ -294,7 +322,11 @@ impl Gen {
         // Deepest first.
         under.sort_by_key(|p| std::cmp::Reverse(p.matches('/').count()));
         for p in under {
-            let op = if self.model.is_dir(&p) { Op::Rmdir(p) } else { Op::Unlink(p) };
+            let op = if self.model.is_dir(&p) {
+                Op::Rmdir(p)
+            } else {
+                Op::Unlink(p)
+            };
             self.push(op);
         }
         self.push(Op::Rmdir(top.into()));
@@ -340,7 +372,12 @@ impl Gen {
                     let off = self.rng.below(8192);
                     let len = 1 + self.rng.below(6000);
                     self.seeds += 1;
-                    Op::Write { path: p.clone(), off, len: len as u32, seed: self.seeds }
+                    Op::Write {
+                        path: p.clone(),
+                        off,
+                        len: len as u32,
+                        seed: self.seeds,
+                    }
                 }
                 3 if file => Op::Fallocate {
                     path: p.clone(),
@@ -348,29 +385,55 @@ impl Gen {
                     len: 1 + self.rng.below(8192),
                     keep_size: self.rng.chance(50),
                 },
-                4 if file && !self.model.names.contains_key(&q) && self.model.is_dir(crate::model::parent_of(&q)) => {
-                    Op::Link { from: p.clone(), to: q.clone() }
+                4 if file
+                    && !self.model.names.contains_key(&q)
+                    && self.model.is_dir(crate::model::parent_of(&q)) =>
+                {
+                    Op::Link {
+                        from: p.clone(),
+                        to: q.clone(),
+                    }
                 }
                 5 if exists && !self.model.is_dir(&p) => Op::Unlink(p.clone()),
-                6 if exists && self.model.is_dir(&p) && self.model.children(&p).next().is_none() => {
+                6 if exists
+                    && self.model.is_dir(&p)
+                    && self.model.children(&p).next().is_none() =>
+                {
                     Op::Rmdir(p.clone())
                 }
-                7 if file && p != q && self.model.is_dir(crate::model::parent_of(&q))
+                7 if file
+                    && p != q
+                    && self.model.is_dir(crate::model::parent_of(&q))
                     && (!self.model.names.contains_key(&q) || self.model.is_file(&q)) =>
                 {
-                    Op::Rename { from: p.clone(), to: q.clone() }
+                    Op::Rename {
+                        from: p.clone(),
+                        to: q.clone(),
+                    }
                 }
-                8 if file => Op::Truncate { path: p.clone(), size: self.rng.below(10000) },
+                8 if file => Op::Truncate {
+                    path: p.clone(),
+                    size: self.rng.below(10000),
+                },
                 9 if file => Op::SetXattr {
                     path: p.clone(),
                     name: format!("user.k{}", self.rng.below(3)).into_bytes(),
                     value: vec![b'v'; 1 + self.rng.below(300) as usize],
                 },
                 10 if file && !self.model.lookup(&p).is_some_and(|n| n.xattrs.is_empty()) => {
-                    let name = self.model.lookup(&p).and_then(|n| n.xattrs.keys().next().cloned());
-                    Op::RemoveXattr { path: p.clone(), name: name.unwrap_or_default() }
+                    let name = self
+                        .model
+                        .lookup(&p)
+                        .and_then(|n| n.xattrs.keys().next().cloned());
+                    Op::RemoveXattr {
+                        path: p.clone(),
+                        name: name.unwrap_or_default(),
+                    }
                 }
-                11 if !exists && parent_ok => Op::Symlink { path: p.clone(), target: q.clone().into_bytes() },
+                11 if !exists && parent_ok => Op::Symlink {
+                    path: p.clone(),
+                    target: q.clone().into_bytes(),
+                },
                 _ => continue,
             };
             let target = match &op {
@@ -379,7 +442,11 @@ impl Gen {
                 _ => p,
             };
             self.push(op);
-            return if target.is_empty() { ".".into() } else { target };
+            return if target.is_empty() {
+                ".".into()
+            } else {
+                target
+            };
         }
         self.push(Op::Sync);
         ".".into()

@@ -77,7 +77,11 @@ impl RecordingDevice {
 
     /// Streams the log to `path` (created or truncated), after saving the
     /// device's current content as [`base_image_path`]`(path)`.
-    pub fn to_file(inner: Arc<dyn BlockDevice>, path: &Path, description: &str) -> io::Result<Self> {
+    pub fn to_file(
+        inner: Arc<dyn BlockDevice>,
+        path: &Path,
+        description: &str,
+    ) -> io::Result<Self> {
         save_sparse(&*inner, &base_image_path(path))?;
         let mut out = BufWriter::with_capacity(1 << 20, File::create(path)?);
         out.write_all(LOG_MAGIC)?;
@@ -262,10 +266,12 @@ impl<'a> Cursor<'a> {
         Some(s)
     }
     fn u32(&mut self) -> Option<u32> {
-        self.take(4).map(|b| u32::from_le_bytes(b.try_into().unwrap_or([0; 4])))
+        self.take(4)
+            .map(|b| u32::from_le_bytes(b.try_into().unwrap_or([0; 4])))
     }
     fn u64(&mut self) -> Option<u64> {
-        self.take(8).map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
+        self.take(8)
+            .map(|b| u64::from_le_bytes(b.try_into().unwrap_or([0; 8])))
     }
     fn text(&mut self) -> io::Result<Option<String>> {
         let Some(len) = self.u32() else {
@@ -292,7 +298,9 @@ pub fn parse_log(bytes: &[u8]) -> io::Result<RecordedLog> {
     let short = || bad("the log header is cut short".into());
     let version = c.u32().ok_or_else(short)?;
     if version != LOG_VERSION {
-        return Err(bad(format!("log version {version}, expected {LOG_VERSION}")));
+        return Err(bad(format!(
+            "log version {version}, expected {LOG_VERSION}"
+        )));
     }
     c.u32().ok_or_else(short)?;
     let device_size = c.u64().ok_or_else(short)?;
@@ -324,7 +332,11 @@ fn read_entry(c: &mut Cursor<'_>, device_size: u64, at: usize) -> io::Result<Opt
             let (Some(offset), Some(len)) = (c.u64(), c.u32()) else {
                 return Ok(None);
             };
-            if len > MAX_ENTRY || offset.checked_add(len as u64).is_none_or(|e| e > device_size) {
+            if len > MAX_ENTRY
+                || offset
+                    .checked_add(len as u64)
+                    .is_none_or(|e| e > device_size)
+            {
                 return Err(bad(format!(
                     "entry at byte {at}: write of {len} bytes at {offset} is outside the {device_size}-byte device"
                 )));

@@ -1,0 +1,221 @@
+//! Process crashes: the daemon is killed with SIGKILL in the middle of a
+//! workload over FUSE, in each data mode, while it records its device log
+//! (`-o record=PATH`), with a mark after every fsync that returned
+//! (requested through PATH.mark and SIGUSR2). Then:
+//! - a new mount recovers, fsck (jbdfs's and e2fsck) is clean, and every
+//!   fsync'd file is intact;
+//! - every flush prefix of the recorded log, replayed, holds every file
+//!   whose mark precedes the next flush, and e2fsck finds it clean.
+
+mod common;
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::*;
+use jbdfs::device::record::{base_image_path, read_log};
+use jbdfs::device::{BlockDevice, Event, FileDevice, MemoryDevice, OpenOptions};
+use jbdfs::format::InodeNo;
+use jbdfs::fs::{Filesystem, MountConfig};
+use jbdfs::journal::recovery::{recover, RecoverOptions};
+use jbdfs::mkfs::{make_filesystem, MkfsOptions, Request};
+
+const SYNCED: usize = 16;
+
+fn data(i: usize) -> Vec<u8> {
+    (0..(i * 1777 % 30000 + 1))
+        .map(|k| (k * 13 + i * 7 + 1) as u8)
+        .collect()
+}
+
+fn daemon(img: &Path, dir: &Path, opts: &str) -> Child {
+    let child = Command::new(env!("CARGO_BIN_EXE_jbdfs"))
+        .arg("-f")
+        .arg(img)
+        .arg(dir)
+        .args(["-o", opts])
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let canon = std::fs::canonicalize(dir).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !jbdfs::daemon::is_mounted(&canon) {
+        assert!(Instant::now() < deadline, "mount did not come up");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    child
+}
+
+/// Asks the daemon to append `label` to its log, and waits until it has.
+fn mark(log: &Path, pid: u32, label: &str) {
+    let req = jbdfs::daemon::mark_request_path(log);
+    let tmp = req.with_extension("tmp");
+    std::fs::write(&tmp, format!("{label}\n")).unwrap();
+    std::fs::rename(&tmp, &req).unwrap();
+    // SAFETY: kill(2) with a valid signal on our child's pid has no memory effects.
+    let rc = unsafe { libc::kill(pid as libc::pid_t, libc::SIGUSR2) };
+    assert_eq!(rc, 0, "signal the daemon");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while req.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the daemon did not take the mark"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+fn check_files(fs: &Filesystem, upto: usize, what: &str) {
+    for i in 0..upto {
+        let (f, _) = fs
+            .lookup(InodeNo(2), format!("f{i}").as_bytes())
+            .unwrap_or_else(|e| panic!("{what}: fsync'd f{i} missing: {e}"));
+        assert_eq!(fs.read(f, 0, 1 << 20).unwrap(), data(i), "{what}: f{i}");
+    }
+}
+
+/// Every flush prefix of the daemon's log, replayed and checked.
+fn check_log_states(log: &Path, mode: &str) -> usize {
+    let rec = read_log(log).unwrap();
+    let base = std::fs::read(base_image_path(log)).unwrap();
+    let flushes: Vec<usize> = (0..rec.events.len())
+        .filter(|&i| rec.events[i] == Event::Flush)
+        .collect();
+    let synced_before = |end: usize| {
+        rec.events[..end]
+            .iter()
+            .filter(|e| matches!(e, Event::Mark(m) if m.starts_with("synced ")))
+            .count()
+    };
+    assert_eq!(
+        synced_before(rec.events.len()),
+        SYNCED,
+        "{mode}: every requested mark is in the log"
+    );
+    let mut img = base.clone();
+    let mut at = 0;
+    for (n, &f) in flushes.iter().enumerate() {
+        for e in &rec.events[at..=f] {
+            if let Event::Write { offset, data } = e {
+                img[*offset as usize..*offset as usize + data.len()].copy_from_slice(data);
+            }
+        }
+        at = f + 1;
+        let next = flushes.get(n + 1).copied().unwrap_or(rec.events.len());
+        let mem = MemoryDevice::from_vec(img.clone());
+        recover(&mem, RecoverOptions { write: true }).unwrap();
+        let copy = TempImage::new("proc-state");
+        std::fs::write(&copy.path, mem.snapshot()).unwrap();
+        assert_e2fsck_clean(&copy.path, &format!("{mode}: log state at flush {f}"));
+        let dev: Arc<dyn BlockDevice> = Arc::new(mem);
+        let ro = MountConfig {
+            read_only: true,
+            ..Default::default()
+        };
+        let fs = Filesystem::mount(dev, &ro).unwrap();
+        check_files(
+            &fs,
+            synced_before(next),
+            &format!("{mode}: log state at flush {f}"),
+        );
+    }
+    flushes.len()
+}
+
+#[test]
+fn kill_9_mid_workload_in_every_data_mode() {
+    if !is_root() || !Path::new("/dev/fuse").exists() {
+        eprintln!("skipping: needs root and /dev/fuse");
+        return;
+    }
+    for mode in ["ordered", "writeback", "journal"] {
+        let img = TempImage::new("proc-crash");
+        let req = Request {
+            options: MkfsOptions {
+                block_size: Some(4096),
+                ..Default::default()
+            },
+            size: Some(32 << 20),
+            quiet: true,
+            ..Default::default()
+        };
+        make_filesystem(&img.path, &req).unwrap();
+        let dir = TempDir::new("proc-crash");
+        let log = TempImage::new("proc-log");
+        let _base = TempImage {
+            path: base_image_path(&log.path),
+        };
+        let opts = format!("data={mode},record={}", log.path_str());
+        let mut child = daemon(&img.path, &dir.path, &opts);
+        for i in 0..SYNCED {
+            let mut f = std::fs::File::create(dir.path.join(format!("f{i}"))).unwrap();
+            f.write_all(&data(i)).unwrap();
+            if i % 2 == 0 {
+                f.sync_all().unwrap();
+            } else {
+                f.sync_data().unwrap();
+            }
+            mark(&log.path, child.id(), &format!("synced {i}"));
+        }
+        // Unsynced work in flight when the daemon dies.
+        for i in SYNCED..2 * SYNCED {
+            let _ = std::fs::write(dir.path.join(format!("f{i}")), data(i));
+            let _ = std::fs::rename(
+                dir.path.join(format!("f{}", i - SYNCED)),
+                dir.path.join("x"),
+            );
+            let _ = std::fs::rename(
+                dir.path.join("x"),
+                dir.path.join(format!("f{}", i - SYNCED)),
+            );
+        }
+        child.kill().unwrap();
+        let _ = child.wait();
+        run("umount", ["-l", dir.path.to_str().unwrap()]);
+        assert!(dumpe2fs_header(&img.path)
+            .features()
+            .contains("needs_recovery"));
+
+        let states = check_log_states(&log.path, mode);
+        assert!(states >= SYNCED, "{mode}: {states} flushes in the log");
+
+        let mut child = daemon(&img.path, &dir.path, &format!("data={mode}"));
+        for i in 0..SYNCED {
+            let got = std::fs::read(dir.path.join(format!("f{i}"))).unwrap();
+            assert_eq!(
+                got,
+                data(i),
+                "{mode}: fsync'd f{i} after kill -9 and remount"
+            );
+        }
+        run("umount", [dir.path.to_str().unwrap()]);
+        let _ = child.wait();
+        assert_e2fsck_clean(
+            &img.path,
+            &format!("{mode}: the image after kill -9 and recovery"),
+        );
+        let dev = FileDevice::open(
+            &img.path,
+            OpenOptions {
+                read_only: true,
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        let opts = jbdfs::fsck::FsckOptions {
+            force: true,
+            ..Default::default()
+        };
+        let report = jbdfs::fsck::check(&dev, &opts).unwrap();
+        assert_eq!(
+            report.exit_code(),
+            0,
+            "{mode}: fsck-jbdfs -fn: {:?}",
+            report.problems
+        );
+        eprintln!("{mode}: kill -9 recovered; {states} log states checked");
+    }
+}
