@@ -10,6 +10,7 @@
 #   3. cargo clippy           lints, warnings are errors
 #   4. cargo test --release   every test in the workspace (release: making
 #                             multi-GiB images and the FUSE tests are slow in debug)
+#   5. crash-campaign --quick crash states of in-process workloads (docs/CRASH.md)
 # Works from any directory.
 set -euo pipefail
 
@@ -30,5 +31,6 @@ step scripts/deps.sh
 step cargo fmt --all -- --check
 step cargo clippy --workspace --all-targets -- -D warnings
 step cargo test --workspace --release
+step scripts/crash-campaign --quick
 
 section "all steps passed"
