@@ -65,6 +65,9 @@ pub fn open_recorded(
         .map_err(|e| anyhow::anyhow!("{}: {e}", cfg.source.display()))?;
     let mut dev: Arc<dyn BlockDevice> = Arc::new(dev);
     let mut recorder = None;
+    if cfg.record.is_some() && cfg.read_only {
+        tracing::warn!("record= ignored: a read-only mount writes nothing to record");
+    }
     if let Some(log) = cfg.record.as_ref().filter(|_| !cfg.read_only) {
         let what = format!("jbdfs daemon on {}", cfg.source.display());
         let rec = Arc::new(
