@@ -118,10 +118,22 @@ fn main() -> ExitCode {
     }
 }
 
-#[derive(Default, Clone, Copy)]
+#[derive(Default, Clone)]
 struct Tally {
     tested: usize,
     failed: usize,
+    /// Failed states by what failed first (e2fsck, lost-data, ...).
+    classes: BTreeMap<&'static str, usize>,
+}
+
+impl Tally {
+    fn add(&mut self, other: &Tally) {
+        self.tested += other.tested;
+        self.failed += other.failed;
+        for (c, n) in &other.classes {
+            *self.classes.entry(c).or_default() += n;
+        }
+    }
 }
 
 /// Sizes of each workload, and how many runs (seeds) of it.
@@ -179,8 +191,7 @@ fn campaign(
                 exec::record(&ops, *mode, &log, &desc)
                     .with_context(|| format!("recording {desc}"))?;
                 let r = check_log(&log, None, choice, jobs)?;
-                t.tested += r.tested;
-                t.failed += r.failed;
+                t.add(&r);
                 if r.failed == 0 {
                     let _ = std::fs::remove_file(base_image_path(&log));
                     let _ = std::fs::remove_file(&log);
@@ -192,16 +203,22 @@ fn campaign(
                 t.tested,
                 t.failed
             );
-            total.tested += t.tested;
-            total.failed += t.failed;
+            total.add(&t);
             table.insert((w.clone(), mode.name()), t);
         }
     }
-    eprintln!("\n| workload | ordered | writeback | journal |\n|---|---|---|---|");
+    eprintln!("\nstates tested / failed (failures by first failing check)");
+    eprintln!("| workload | ordered | writeback | journal |\n|---|---|---|---|");
     for w in &workloads {
         let cell = |m: &str| {
             table.get(&(w.clone(), m)).map_or("-".to_string(), |t| {
-                format!("{} ({} failed)", t.tested, t.failed)
+                let classes: Vec<String> =
+                    t.classes.iter().map(|(c, n)| format!("{c} {n}")).collect();
+                if classes.is_empty() {
+                    format!("{} / 0", t.tested)
+                } else {
+                    format!("{} / {} ({})", t.tested, t.failed, classes.join(", "))
+                }
             })
         };
         eprintln!(
@@ -279,12 +296,13 @@ fn check_log(
         Some(i) => anyhow::bail!("state {i}: the log has {} states", all.len()),
         None => (0..all.len()).collect(),
     };
-    let failed = std::sync::atomic::AtomicUsize::new(0);
+    let classes = std::sync::Mutex::new(BTreeMap::<&'static str, usize>::new());
     let jobs = jobs.clamp(1, 16);
     std::thread::scope(|s| {
         for j in 0..jobs {
             let mine: Vec<usize> = chosen.iter().copied().skip(j).step_by(jobs).collect();
-            let (rec, base, exp, layout, all, failed) = (&rec, &base, &exp, &layout, &all, &failed);
+            let (rec, base, exp, layout, all, classes) =
+                (&rec, &base, &exp, &layout, &all, &classes);
             s.spawn(move || {
                 let scratch = std::env::temp_dir().join(format!(
                     "jbdfs-crash-{}-{j}.img",
@@ -304,7 +322,9 @@ fn check_log(
                     }
                     let bounds = states::op_bounds(layout, st, &exp.syncs);
                     if let Err(f) = check::check_state(state_img, exp, bounds, mode, &scratch) {
-                        failed.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        if let Ok(mut c) = classes.lock() {
+                            *c.entry(f.class).or_default() += 1;
+                        }
                         println!(
                             "FAILED [{}] {} state {i} ({} at event {} + {} in-flight writes, operations {}..={}): {}\n  reproduce: jbdfs-crash check {} --state {i} --boundaries {} --random {} --subset-seed {}",
                             f.class, rec.description, st.kind, st.prefix, st.extra.len(), bounds.0, bounds.1, f.detail,
@@ -316,9 +336,11 @@ fn check_log(
             });
         }
     });
+    let classes = classes.into_inner().unwrap_or_default();
     Ok(Tally {
         tested: chosen.len(),
-        failed: failed.into_inner(),
+        failed: classes.values().sum(),
+        classes,
     })
 }
 
