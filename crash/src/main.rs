@@ -282,7 +282,6 @@ fn check_log(
     let rec = read_log(log).with_context(|| log.display().to_string())?;
     let (w, mode, seed, size) = describe(&rec.description)?;
     let ops = workload::generate(&w, seed, size)?;
-    let exp = check::Expected::build(&ops);
     let base = std::fs::read(base_image_path(log))
         .with_context(|| base_image_path(log).display().to_string())?;
     anyhow::ensure!(
@@ -290,58 +289,88 @@ fn check_log(
         "the base image's size differs from the log's"
     );
     let layout = Layout::new(&rec.events);
-    let all = states::enumerate(&layout, choice);
-    let chosen: Vec<usize> = match only {
-        Some(i) if i < all.len() => vec![i],
-        Some(i) => anyhow::bail!("state {i}: the log has {} states", all.len()),
-        None => (0..all.len()).collect(),
+    let run = LogRun {
+        log,
+        states: states::enumerate(&layout, choice),
+        layout,
+        exp: check::Expected::build(&ops),
+        rec,
+        base,
+        mode,
+        choice,
+        classes: Default::default(),
     };
-    let classes = std::sync::Mutex::new(BTreeMap::<&'static str, usize>::new());
+    let chosen: Vec<usize> = match only {
+        Some(i) if i < run.states.len() => vec![i],
+        Some(i) => anyhow::bail!("state {i}: the log has {} states", run.states.len()),
+        None => (0..run.states.len()).collect(),
+    };
     let jobs = jobs.clamp(1, 16);
     std::thread::scope(|s| {
         for j in 0..jobs {
             let mine: Vec<usize> = chosen.iter().copied().skip(j).step_by(jobs).collect();
-            let (rec, base, exp, layout, all, classes) =
-                (&rec, &base, &exp, &layout, &all, &classes);
-            s.spawn(move || {
-                let scratch = std::env::temp_dir().join(format!(
-                    "jbdfs-crash-{}-{j}.img",
-                    std::process::id()
-                ));
-                let mut img = base.clone();
-                let mut at = 0;
-                let mut order = mine;
-                order.sort_by_key(|&i| all[i].prefix);
-                for i in order {
-                    let st = &all[i];
-                    states::advance(&mut img, &rec.events, at, st.prefix);
-                    at = st.prefix;
-                    let mut state_img = img.clone();
-                    for &x in &st.extra {
-                        states::apply(&mut state_img, &rec.events[x]);
-                    }
-                    let bounds = states::op_bounds(layout, st, &exp.syncs);
-                    if let Err(f) = check::check_state(state_img, exp, bounds, mode, &scratch) {
-                        if let Ok(mut c) = classes.lock() {
-                            *c.entry(f.class).or_default() += 1;
-                        }
-                        println!(
-                            "FAILED [{}] {} state {i} ({} at event {} + {} in-flight writes, operations {}..={}): {}\n  reproduce: jbdfs-crash check {} --state {i} --boundaries {} --random {} --subset-seed {}",
-                            f.class, rec.description, st.kind, st.prefix, st.extra.len(), bounds.0, bounds.1, f.detail,
-                            log.display(), choice.boundary_limit, choice.random, choice.seed
-                        );
-                    }
-                }
-                let _ = std::fs::remove_file(&scratch);
-            });
+            let run = &run;
+            s.spawn(move || run.check_states(mine, j));
         }
     });
-    let classes = classes.into_inner().unwrap_or_default();
+    let classes = run.classes.into_inner().unwrap_or_default();
     Ok(Tally {
         tested: chosen.len(),
         failed: classes.values().sum(),
         classes,
     })
+}
+
+/// One log's states under test, shared by the worker threads.
+struct LogRun<'a> {
+    log: &'a Path,
+    rec: jbdfs::device::record::RecordedLog,
+    base: Vec<u8>,
+    exp: check::Expected,
+    layout: Layout,
+    states: Vec<states::CrashState>,
+    mode: Mode,
+    choice: Choice,
+    classes: std::sync::Mutex<BTreeMap<&'static str, usize>>,
+}
+
+impl LogRun<'_> {
+    /// Checks states `mine` in prefix order, building each image from the
+    /// last one rather than from the start.
+    fn check_states(&self, mut mine: Vec<usize>, worker: usize) {
+        let scratch =
+            std::env::temp_dir().join(format!("jbdfs-crash-{}-{worker}.img", std::process::id()));
+        let mut img = self.base.clone();
+        let mut at = 0;
+        mine.sort_by_key(|&i| self.states[i].prefix);
+        for i in mine {
+            let st = &self.states[i];
+            states::advance(&mut img, &self.rec.events, at, st.prefix);
+            at = st.prefix;
+            let mut state_img = img.clone();
+            for &x in &st.extra {
+                states::apply(&mut state_img, &self.rec.events[x]);
+            }
+            let bounds = states::op_bounds(&self.layout, st, &self.exp.syncs);
+            if let Err(f) = check::check_state(state_img, &self.exp, bounds, self.mode, &scratch) {
+                self.report(i, bounds, &f);
+            }
+        }
+        let _ = std::fs::remove_file(&scratch);
+    }
+
+    fn report(&self, i: usize, (lo, hi): (usize, usize), f: &check::Failure) {
+        if let Ok(mut c) = self.classes.lock() {
+            *c.entry(f.class).or_default() += 1;
+        }
+        let st = &self.states[i];
+        let c = self.choice;
+        println!(
+            "FAILED [{}] {} state {i} ({} at event {} + {} in-flight writes, operations {lo}..={hi}): {}\n  reproduce: jbdfs-crash check {} --state {i} --boundaries {} --random {} --subset-seed {}",
+            f.class, self.rec.description, st.kind, st.prefix, st.extra.len(), f.detail,
+            self.log.display(), c.boundary_limit, c.random, c.seed
+        );
+    }
 }
 
 #[cfg(test)]
