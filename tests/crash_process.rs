@@ -8,6 +8,7 @@
 //!   whose mark precedes the next flush, and e2fsck finds it clean.
 
 mod common;
+mod crash_common;
 
 use std::io::Write;
 use std::path::Path;
@@ -115,11 +116,7 @@ fn check_log_states(log: &Path, mode: &str) -> (usize, usize) {
     let mut img = base.clone();
     let mut at = 0;
     for (n, &f) in flushes.iter().enumerate() {
-        for e in &rec.events[at..=f] {
-            if let Event::Write { offset, data } = e {
-                img[*offset as usize..*offset as usize + data.len()].copy_from_slice(data);
-            }
-        }
+        crash_common::apply_writes(&mut img, &rec.events[at..=f]);
         at = f + 1;
         let next = flushes.get(n + 1).copied().unwrap_or(rec.events.len());
         let mem = MemoryDevice::from_vec(img.clone());
