@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, SessionACL};
 
-use crate::device::{BlockDevice, FileDevice, OpenOptions};
+use crate::device::{BlockDevice, FileDevice, OpenOptions, RecordingDevice};
 use crate::fs::{Filesystem, MountConfig};
 
 /// What the daemon needs, resolved from the command line and -o options.
@@ -43,10 +43,21 @@ pub struct DaemonConfig {
     pub data_writeback: bool,
     /// -o errors=continue|remount-ro|panic.
     pub errors: crate::options::ErrorsPolicy,
+    /// -o record=PATH: log every write, flush and mark for crash testing.
+    pub record: Option<PathBuf>,
 }
 
 /// Opens the backing store and mounts the filesystem in-process.
 pub fn open_filesystem(cfg: &DaemonConfig) -> anyhow::Result<Arc<Filesystem>> {
+    Ok(open_recorded(cfg)?.0)
+}
+
+/// Opens and mounts; with `-o record=PATH` the device is wrapped in a
+/// recorder streaming to PATH (the image as it stands now saved as
+/// PATH.base), which is returned too, for marks.
+pub fn open_recorded(
+    cfg: &DaemonConfig,
+) -> anyhow::Result<(Arc<Filesystem>, Option<Arc<RecordingDevice>>)> {
     let opts = OpenOptions {
         read_only: cfg.read_only,
         direct: cfg.direct_io,
@@ -54,7 +65,20 @@ pub fn open_filesystem(cfg: &DaemonConfig) -> anyhow::Result<Arc<Filesystem>> {
     };
     let dev = FileDevice::open(&cfg.source, opts)
         .map_err(|e| anyhow::anyhow!("{}: {e}", cfg.source.display()))?;
-    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    let mut dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    let mut recorder = None;
+    if cfg.record.is_some() && cfg.read_only {
+        tracing::warn!("record= ignored: a read-only mount writes nothing to record");
+    }
+    if let Some(log) = cfg.record.as_ref().filter(|_| !cfg.read_only) {
+        let what = format!("jbdfs daemon on {}", cfg.source.display());
+        let rec = Arc::new(
+            RecordingDevice::to_file(dev.clone(), log, &what)
+                .map_err(|e| anyhow::anyhow!("record={}: {e}", log.display()))?,
+        );
+        dev = rec.clone();
+        recorder = Some(rec);
+    }
     let mount_cfg = MountConfig {
         read_only: cfg.read_only,
         cache_size: cfg.cache_size,
@@ -70,10 +94,34 @@ pub fn open_filesystem(cfg: &DaemonConfig) -> anyhow::Result<Arc<Filesystem>> {
         // A daemon told errors=panic stops as a crashed machine would.
         panic_action: crate::fs::error::PanicAction::ExitProcess,
     };
-    Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
+    let fs = Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
         let why = crate::fs::mount::refusal_reason(&*dev).unwrap_or_else(|| e.to_string());
         anyhow::anyhow!("{}: cannot mount: {why}", cfg.source.display())
-    })
+    })?;
+    Ok((fs, recorder))
+}
+
+/// The file through which a workload asks the daemon for marks in a
+/// `record=` log: it writes labels (one a line) to `PATH.mark`, sends
+/// SIGUSR2, and waits for the daemon to remove the file, which it does
+/// after appending the marks. See docs/ARCHITECTURE.md (crash testing).
+pub fn mark_request_path(log: &Path) -> PathBuf {
+    let mut s = log.as_os_str().to_owned();
+    s.push(".mark");
+    PathBuf::from(s)
+}
+
+fn take_mark_requests(rec: &RecordingDevice, log: &Path) {
+    let path = mark_request_path(log);
+    match std::fs::read_to_string(&path) {
+        Ok(text) => {
+            for label in text.lines().filter(|l| !l.is_empty()) {
+                rec.mark(label);
+            }
+            let _ = std::fs::remove_file(&path);
+        }
+        Err(e) => tracing::warn!(path = %path.display(), "SIGUSR2 without a mark request: {e}"),
+    }
 }
 
 /// Checks, without writing, that the source holds a filesystem this build
@@ -128,7 +176,7 @@ fn fuse_options(cfg: &DaemonConfig) -> Vec<MountOption> {
 
 /// Serves the filesystem in this process until it is unmounted.
 pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
-    let fs = open_filesystem(cfg)?;
+    let (fs, recorder) = open_recorded(cfg)?;
     let mut config = Config::default();
     config.mount_options = fuse_options(cfg);
     config.n_threads = Some(cfg.threads.max(1));
@@ -143,7 +191,8 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
     )
     .map_err(|e| anyhow::anyhow!("{}: cannot mount: {e}", cfg.mountpoint.display()))?;
     let unmounter = session.unmount_callable();
-    watch_signals(unmounter, fs.clone())?;
+    let marks = recorder.zip(cfg.record.clone());
+    watch_signals(unmounter, fs.clone(), marks)?;
     let stats = StatsWriter::start(fs.clone(), cfg.stats.clone());
     tracing::info!(source = %cfg.source.display(), mountpoint = %cfg.mountpoint.display(), "mounted");
     if std::env::var_os(CHILD_ENV).is_some() {
@@ -203,19 +252,28 @@ impl Drop for PidFile {
 }
 
 /// SIGTERM, SIGINT and SIGHUP unmount, which ends the session; SIGUSR1
-/// logs the journal statistics.
+/// logs the journal statistics; SIGUSR2 takes mark requests for a
+/// `record=` log.
 fn watch_signals(
     mut unmounter: fuser::SessionUnmounter,
     fs: Arc<Filesystem>,
+    marks: Option<(Arc<RecordingDevice>, PathBuf)>,
 ) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1};
-    let mut signals = signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1])?;
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+    let mut signals =
+        signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2])?;
     std::thread::Builder::new()
         .name("jbdfs-signals".into())
         .spawn(move || {
             for sig in signals.forever() {
                 if sig == SIGUSR1 {
                     tracing::info!("journal statistics:\n{}", fs.journal_stats());
+                    continue;
+                }
+                if sig == SIGUSR2 {
+                    if let Some((rec, log)) = &marks {
+                        take_mark_requests(rec, log);
+                    }
                     continue;
                 }
                 tracing::info!(signal = sig, "unmounting on signal");

@@ -103,6 +103,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         data_journal: opts.data == jbdfs::options::DataMode::Journal,
         data_writeback: opts.data == jbdfs::options::DataMode::Writeback,
         errors: opts.errors,
+        record: opts.record.clone(),
     };
     daemon::check_mountable(&cfg)?;
     if foreground {

@@ -4,6 +4,8 @@
 //! whose fsync returned before the crash point reads back exactly, and
 //! e2fsck -fn finds nothing beyond what replay fixed.
 
+mod crash_common;
+
 use std::process::Command;
 use std::sync::Arc;
 
@@ -11,8 +13,6 @@ use jbdfs::device::{BlockDevice, Event, MemoryDevice, RecordingDevice};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::Caller;
 use jbdfs::fs::{Filesystem, MountConfig};
-use jbdfs::mkfs::{format, plan, MkfsOptions, Zeroed};
-use jbdfs::util::Progress;
 
 const ROOT: InodeNo = InodeNo(2);
 const ROUNDS: usize = 3;
@@ -34,14 +34,7 @@ fn content(i: usize, round: usize) -> Vec<u8> {
 /// Runs the workload; returns the base image and, per fsync, the log
 /// position at which it returned and what the file then held.
 fn workload(data_journal: bool) -> (Vec<u8>, Vec<Event>, Vec<Synced>) {
-    let opts = MkfsOptions {
-        block_size: Some(1024),
-        ..Default::default()
-    };
-    let size = 16 << 20;
-    let mem = Arc::new(MemoryDevice::new(size).unwrap());
-    let g = plan(&opts, size).unwrap();
-    format(&*mem, &opts, &g, Zeroed::All, &mut Progress::quiet()).unwrap();
+    let mem = crash_common::fresh_image(16 << 20);
     let base = mem.snapshot();
     let rec = Arc::new(RecordingDevice::new(mem));
     let dev: Arc<dyn BlockDevice> = rec.clone();
@@ -84,18 +77,6 @@ fn workload(data_journal: bool) -> (Vec<u8>, Vec<Event>, Vec<Synced>) {
     let events = rec.events();
     drop(fs);
     (base, events, synced)
-}
-
-/// The device as it stood after the first `upto` events.
-fn crash_state(base: &[u8], events: &[Event], upto: usize) -> Vec<u8> {
-    let mut img = base.to_vec();
-    for e in &events[..upto] {
-        if let Event::Write { offset, data } = e {
-            let o = *offset as usize;
-            img[o..o + data.len()].copy_from_slice(data);
-        }
-    }
-    img
 }
 
 fn check_state(img: Vec<u8>, synced: &[Synced], upto: usize, tag: &str) {
@@ -161,7 +142,12 @@ fn campaign(data_journal: bool, tag: &str) {
     points.sort_unstable();
     points.dedup();
     for upto in &points {
-        check_state(crash_state(&base, &events, *upto), &synced, *upto, tag);
+        check_state(
+            crash_common::image_after(&base, &events, *upto),
+            &synced,
+            *upto,
+            tag,
+        );
     }
     eprintln!("{tag}: {} crash states tested, 0 failed", points.len());
 }

@@ -82,6 +82,7 @@ impl Mounted {
             data_journal: false,
             data_writeback: false,
             errors: Default::default(),
+            record: None,
         };
         let server = std::thread::spawn(move || serve(&cfg));
         let deadline = Instant::now() + Duration::from_secs(20);

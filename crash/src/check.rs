@@ -1,0 +1,292 @@
+//! Checking one crash state: journal replay, fsck-jbdfs -fn, e2fsck -fn,
+//! then the tree compared with the model states the program could have
+//! left (see docs/CRASH.md for the rules and why they hold for ext3/jbd).
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::process::Command;
+use std::sync::Arc;
+
+use jbdfs::device::{BlockDevice, MemoryDevice};
+use jbdfs::fs::{Filesystem, MountConfig};
+use jbdfs::journal::recovery::{recover, RecoverOptions};
+
+use crate::exec::{Mode, ROOT};
+use crate::model::{Id, Meta, Model, Op, View};
+
+/// The model after each prefix of the workload: index 0 before any
+/// operation, K after operation K.
+pub struct Expected {
+    pub views: Vec<View>,
+    pub data: Vec<BTreeMap<Id, Vec<u8>>>,
+    /// Whether operation K (index K-1) is a durability point.
+    pub syncs: Vec<bool>,
+}
+
+impl Expected {
+    pub fn build(ops: &[Op]) -> Expected {
+        let mut m = Model::default();
+        let snap = |m: &Model| {
+            let data = m
+                .nodes
+                .iter()
+                .map(|(id, n)| (*id, n.data.clone()))
+                .collect();
+            (m.view(), data)
+        };
+        let (v, d) = snap(&m);
+        let mut e = Expected {
+            views: vec![v],
+            data: vec![d],
+            syncs: ops.iter().map(Op::is_sync).collect(),
+        };
+        for op in ops {
+            m.apply(op).expect("workload ops are valid");
+            let (v, d) = snap(&m);
+            e.views.push(v);
+            e.data.push(d);
+        }
+        e
+    }
+}
+
+/// What failed, by class (for the campaign's tallies) and in words.
+#[derive(Debug)]
+pub struct Failure {
+    pub class: &'static str,
+    pub detail: String,
+}
+
+fn fail(class: &'static str, detail: String) -> Failure {
+    Failure { class, detail }
+}
+
+/// Runs every check on the crash image `img`; `lo..=hi` are the model
+/// states it may show. `scratch` is a file e2fsck can read.
+pub fn check_state(
+    img: Vec<u8>,
+    exp: &Expected,
+    (lo, hi): (usize, usize),
+    mode: Mode,
+    scratch: &Path,
+) -> Result<(), Failure> {
+    let mem = Arc::new(MemoryDevice::from_vec(img));
+    recover(&*mem, RecoverOptions { write: true })
+        .map_err(|e| fail("recovery", format!("journal replay failed: {e}")))?;
+    std::fs::write(scratch, mem.snapshot())
+        .map_err(|e| fail("tool", format!("{}: {e}", scratch.display())))?;
+    e2fsck(scratch)?;
+    jbdfs_fsck(&*mem)?;
+    let dev: Arc<dyn BlockDevice> = mem;
+    let cfg = MountConfig {
+        read_only: true,
+        ..Default::default()
+    };
+    let fs = Filesystem::mount(dev, &cfg)
+        .map_err(|e| fail("mount", format!("mount after replay: {e}")))?;
+    let (got, data) = observe(&fs).map_err(|e| fail("read", format!("reading the tree: {e}")))?;
+    compare(exp, (lo, hi), mode, &got, &data)
+}
+
+fn e2fsck(image: &Path) -> Result<(), Failure> {
+    let out = Command::new("e2fsck")
+        .arg("-fn")
+        .arg(image)
+        .env("LC_ALL", "C")
+        .output()
+        .map_err(|e| fail("tool", format!("cannot run e2fsck: {e}")))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    Err(fail(
+        "e2fsck",
+        format!(
+            "e2fsck -fn exit {:?} after replay:\n{}",
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout)
+        ),
+    ))
+}
+
+fn jbdfs_fsck(dev: &dyn BlockDevice) -> Result<(), Failure> {
+    let opts = jbdfs::fsck::FsckOptions {
+        mode: jbdfs::fsck::Mode::No,
+        force: true,
+    };
+    match jbdfs::fsck::check(dev, &opts) {
+        Ok(r) if r.exit_code() == 0 => Ok(()),
+        Ok(r) => Err(fail(
+            "fsck",
+            format!(
+                "fsck-jbdfs -fn exit {}: {}",
+                r.exit_code(),
+                r.problems.join("; ")
+            ),
+        )),
+        Err(e) => Err(fail("fsck", format!("fsck-jbdfs -fn: {e}"))),
+    }
+}
+
+type Observed = (BTreeMap<String, Meta>, BTreeMap<String, Vec<u8>>);
+
+/// The recovered tree in the model's terms (lost+found left out).
+pub fn observe(fs: &Filesystem) -> jbdfs::fs::Result<Observed> {
+    let mut meta = BTreeMap::new();
+    let mut data = BTreeMap::new();
+    let mut inos: BTreeMap<String, u32> = BTreeMap::new();
+    let mut todo = vec![(String::new(), ROOT)];
+    while let Some((dir, ino)) = todo.pop() {
+        for e in fs.readdir(ino, 0, 1 << 20)? {
+            let name = String::from_utf8_lossy(&e.name).into_owned();
+            if name == "." || name == ".." || (dir.is_empty() && name == "lost+found") {
+                continue;
+            }
+            let path = if dir.is_empty() {
+                name
+            } else {
+                format!("{dir}/{name}")
+            };
+            let inode = fs.getattr(e.ino)?;
+            let (kind, size, target) = if inode.is_dir() {
+                todo.push((path.clone(), e.ino));
+                ('d', 0, Vec::new())
+            } else if inode.is_symlink() {
+                ('l', inode.i_size, fs.readlink(e.ino)?)
+            } else {
+                data.insert(path.clone(), fs.read(e.ino, 0, inode.i_size as u32)?);
+                ('f', inode.i_size, Vec::new())
+            };
+            let names = fs.listxattr(e.ino)?;
+            let mut xattrs = Vec::new();
+            for n in names.split(|&b| b == 0).filter(|n| !n.is_empty()) {
+                xattrs.push((n.to_vec(), fs.getxattr(e.ino, n)?));
+            }
+            xattrs.sort();
+            inos.insert(path.clone(), e.ino.0);
+            meta.insert(
+                path.clone(),
+                Meta {
+                    kind,
+                    size,
+                    target,
+                    nlink: inode.i_links_count as u32,
+                    group: path,
+                    xattrs,
+                },
+            );
+        }
+    }
+    let mut first: BTreeMap<u32, String> = BTreeMap::new();
+    for (p, i) in &inos {
+        first.entry(*i).or_insert_with(|| p.clone());
+    }
+    for (p, m) in meta.iter_mut() {
+        m.group = first[&inos[p]].clone();
+    }
+    Ok((meta, data))
+}
+
+/// The first difference between two trees, for messages.
+fn first_difference(want: &BTreeMap<String, Meta>, got: &BTreeMap<String, Meta>) -> String {
+    for (p, w) in want {
+        match got.get(p) {
+            None => return format!("{p} missing"),
+            Some(g) if g != w => return format!("{p}: expected {w:?}, found {g:?}"),
+            _ => {}
+        }
+    }
+    match got.keys().find(|p| !want.contains_key(*p)) {
+        Some(p) => format!("{p} should not exist"),
+        None => "no difference".into(),
+    }
+}
+
+fn compare(
+    exp: &Expected,
+    (lo, hi): (usize, usize),
+    mode: Mode,
+    got: &BTreeMap<String, Meta>,
+    data: &BTreeMap<String, Vec<u8>>,
+) -> Result<(), Failure> {
+    let matching: Vec<usize> = (lo..=hi).filter(|&j| exp.views[j].meta == *got).collect();
+    let Some(&first) = matching.first() else {
+        return Err(fail(
+            "metadata",
+            format!(
+                "the tree matches no state between operation {lo} (last sync) and {hi}; against {lo}: {}; against {hi}: {}",
+                first_difference(&exp.views[lo].meta, got),
+                first_difference(&exp.views[hi].meta, got)
+            ),
+        ));
+    };
+    if mode == Mode::Journal {
+        // data=journal keeps program order: the data of one state, whole.
+        let whole = |j: usize| {
+            data.iter().all(|(p, d)| {
+                let id = exp.views[j].ids[p];
+                exp.data[j].get(&id) == Some(d)
+            })
+        };
+        if matching.iter().any(|&j| whole(j)) {
+            return Ok(());
+        }
+    }
+    for (p, d) in data {
+        check_bytes(exp, first, (lo, hi), mode, p, d)?;
+    }
+    if mode == Mode::Journal {
+        return Err(fail(
+            "order",
+            format!("data=journal: file data is not that of any one state in {matching:?}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Every byte of file `p` must be one the program wrote there (or a zero
+/// it left) in some state from `first` (the earliest state with this tree)
+/// to `hi`: never stale data from another file's old blocks, never lost
+/// fsync'd bytes. data=writeback promises nothing for bytes appended since
+/// the last sync.
+fn check_bytes(
+    exp: &Expected,
+    first: usize,
+    (lo, hi): (usize, usize),
+    mode: Mode,
+    p: &str,
+    d: &[u8],
+) -> Result<(), Failure> {
+    let id = exp.views[first].ids[p];
+    let version = |k: usize| exp.data[k].get(&id);
+    if version(first).is_some_and(|v| v == d) {
+        return Ok(());
+    }
+    let from = if mode == Mode::Writeback { lo } else { first };
+    let synced_len = if mode == Mode::Writeback {
+        version(lo).map_or(0, |v| v.len())
+    } else {
+        usize::MAX
+    };
+    for (o, &b) in d.iter().enumerate() {
+        if o >= synced_len {
+            break;
+        }
+        let ok = (from..=hi).any(|k| version(k).is_some_and(|v| v.get(o) == Some(&b)));
+        if !ok {
+            let want = version(lo).and_then(|v| v.get(o).copied());
+            let class = if want.is_some() && lo > 0 {
+                "lost-data"
+            } else {
+                "stale-data"
+            };
+            return Err(fail(
+                class,
+                format!(
+                    "{p} byte {o} is {b:#04x}, which no write between operations {from} and {hi} put there (synced value {want:?}); length {}",
+                    d.len()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
