@@ -141,17 +141,20 @@ impl ErrorState {
             // Before anything else can reach the device.
             self.halted.store(true, Ordering::Release);
         }
+        // The record goes to disk before anyone can see the error (a waiter
+        // for a commit wakes as soon as the journal is aborted), so a caller
+        // that got EIO or EROFS finds it in the superblock.
+        if self.record_on_disk {
+            if let Err(e) = self.write_record() {
+                tracing::error!("could not record the error in the superblock: {e}");
+            }
+        }
         if self.policy != ErrorsPolicy::Continue {
             if !self.read_only.swap(true, Ordering::AcqRel) {
                 tracing::error!("remounting the filesystem read-only");
             }
             if let Some(j) = self.journal.get().and_then(Weak::upgrade) {
                 j.abort_new_handles();
-            }
-        }
-        if self.record_on_disk {
-            if let Err(e) = self.write_record() {
-                tracing::error!("could not record the error in the superblock: {e}");
             }
         }
         if self.policy == ErrorsPolicy::Panic {
