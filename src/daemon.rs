@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, SessionACL};
 
-use crate::device::{BlockDevice, FileDevice, OpenOptions};
+use crate::device::{BlockDevice, FileDevice, OpenOptions, SimDevice};
 use crate::fs::{Filesystem, MountConfig};
 
 /// What the daemon needs, resolved from the command line and -o options.
@@ -39,6 +39,8 @@ pub struct DaemonConfig {
     pub dirsync: bool,
     /// -o data=journal.
     pub data_journal: bool,
+    /// -o devsim=: a latency model over the backing store.
+    pub devsim: Option<crate::device::DevSimParams>,
 }
 
 /// Opens the backing store and mounts the filesystem in-process.
@@ -50,7 +52,11 @@ pub fn open_filesystem(cfg: &DaemonConfig) -> anyhow::Result<Arc<Filesystem>> {
     };
     let dev = FileDevice::open(&cfg.source, opts)
         .map_err(|e| anyhow::anyhow!("{}: {e}", cfg.source.display()))?;
-    let dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    let mut dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    if let Some(params) = &cfg.devsim {
+        tracing::info!(model = %params, "emulating a device");
+        dev = Arc::new(SimDevice::new(dev, params.clone()));
+    }
     let mount_cfg = MountConfig {
         read_only: cfg.read_only,
         cache_size: cfg.cache_size,

@@ -101,6 +101,12 @@ fn run(args: Args) -> anyhow::Result<()> {
         stats: opts.stats.clone(),
         dirsync: opts.dirsync || opts.sync,
         data_journal: opts.data == jbdfs::options::DataMode::Journal,
+        devsim: opts
+            .devsim
+            .as_deref()
+            .map(jbdfs::device::DevSimParams::parse)
+            .transpose()
+            .map_err(anyhow::Error::msg)?,
     };
     daemon::check_mountable(&cfg)?;
     if foreground {

@@ -99,6 +99,16 @@ impl Journal {
         }
     }
 
+    /// Folds one commit's duration into jbd2's running average,
+    /// `avg = (t + 3 * avg) / 4`, which jbd2 and auto wait by.
+    pub(super) fn note_commit_time(&self, took: Duration) {
+        let t = took.as_micros() as u64;
+        let avg = &self.counters.avg_commit_micros;
+        let _ = avg.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+            Some((t + 3 * old) / 4)
+        });
+    }
+
     fn average_commit(&self) -> Duration {
         Duration::from_micros(self.counters.avg_commit_micros.load(Ordering::Relaxed))
     }
