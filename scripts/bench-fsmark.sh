@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# Small files with fsync (BENCHMARKS.md section 1): fs_mark, 4 KiB files,
+# fsync before close, one directory per thread, on jbdfs for every bdelay
+# value and on Linux ext3 (loop) and fuse2fs in the same run, on a ramdisk
+# image, a disk image and the emulated array and sata devices.
+#
+#   scripts/bench-fsmark.sh [--quick] [--devices "ram disk array sata"]
+#       [--bdelay "0 yield 1 2 3 4 jbd2 auto"] [--threads "1 2 4 8 10 16 20"]
+#       [--data "ordered"] [--repeat R] [--no-refs] [--charts DIR] [--out FILE]
+#
+# Prints Markdown tables: files/s in the layout of DESIGN.md's bdelay table,
+# bdelay=auto against the best fixed setting, and jbdfs against ext3 and
+# fuse2fs with ratios. --charts DIR writes fsmark-DEVICE[-DATA].png there
+# (files/s against threads, one line per bdelay value). --out keeps the raw
+# results (TSV). Every image is checked with e2fsck -fn after its run.
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=scripts/bench-lib.sh
+. "$JBDFS_ROOT/scripts/bench-lib.sh"
+# shellcheck source=scripts/lib-mount.sh
+. "$JBDFS_ROOT/scripts/lib-mount.sh"
+
+devices="ram disk array sata"
+bdelays="0 yield 1 2 3 4 jbd2 auto"
+threads="1 2 4 8 10 16 20"
+datas="ordered"
+repeat=1
+refs=1
+charts=""
+out=""
+quick=0
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --quick) quick=1 ;;
+        --devices) devices="$2"; shift ;;
+        --bdelay) bdelays="$2"; shift ;;
+        --threads) threads="$2"; shift ;;
+        --data) datas="$2"; shift ;;
+        --repeat) repeat="$2"; shift ;;
+        --no-refs) refs=0 ;;
+        --charts) charts="$2"; shift ;;
+        --out) out="$2"; shift ;;
+        -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+        *) die "unknown argument: $1" ;;
+    esac
+    shift
+done
+if [ "$quick" = 1 ]; then
+    devices="${BENCH_QUICK_DEVICES:-ram sata}"
+    bdelays="${BENCH_QUICK_BDELAY:-0 1 auto}"
+    threads="${BENCH_QUICK_THREADS:-1 4}"
+fi
+need_root "fs_mark on FUSE and loop mounts"
+command -v fs_mark >/dev/null || die "fs_mark is missing (scripts/deps.sh installs fsmark)"
+trap mnt_cleanup EXIT
+build_jbdfs
+
+results="${out:-$(mktemp /tmp/jbdfs-fsmark.XXXXXX.tsv)}"
+: >"$results"
+log="$(mktemp /tmp/jbdfs-fsmark.XXXXXX.log)"
+info "raw results: $results; mount and fsck log: $log"
+
+# files_per_thread DEVICE THREADS: enough files that each run takes about
+# a second or more on that device, at least a few per thread.
+files_per_thread() {
+    local total min
+    case "$1" in
+        ram) total=2000 min=100 ;;
+        disk) total=1200 min=60 ;;
+        array) total=600 min=30 ;;
+        sata) total=120 min=8 ;;
+    esac
+    [ "$quick" = 1 ] && total=$((total / 4)) min=$((min / 2))
+    local n=$((total / $2))
+    [ "$n" -lt "$min" ] && n=$min
+    printf '%s\n' "$n"
+}
+
+# run_fsmark DIR THREADS N: one fs_mark run; prints files/s.
+run_fsmark() {
+    local base="$1" t="$2" n="$3" args=() i
+    for i in $(seq 1 "$t"); do args+=(-d "$base/t$i"); done
+    mkdir -p "$base"
+    fs_mark "${args[@]}" -s 4096 -n "$n" -S 1 -L 1 2>&1 \
+        | awk '$1 ~ /^[0-9]+$/ && NF >= 5 { rate = $4 } END { if (rate == "") exit 1; print rate }'
+}
+
+# measure FS DEVICE DATA BDELAY MNT: every thread count on one mount.
+measure() {
+    local fs="$1" dev="$2" data="$3" b="$4" mnt="$5" t r n rate run=0
+    for t in $threads; do
+        n="$(files_per_thread "$dev" "$t")"
+        for r in $(seq 1 "$repeat"); do
+            run=$((run + 1))
+            rate="$(run_fsmark "$mnt/run$run" "$t" "$n")" || die "fs_mark failed on $fs ($dev)"
+            rm -rf "$mnt/run$run"
+            printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$fs" "$dev" "$data" "$b" "$t" "$rate" >>"$results"
+            info "$fs $dev data=$data bdelay=$b threads=$t: $rate files/s"
+        done
+    done
+}
+
+# one_mount FS DEVICE DATA BDELAY: a fresh image and mount, all thread counts.
+one_mount() {
+    local fs="$1" dev="$2" data="$3" b="$4" img mnt how=mke2fs extra=""
+    [ "$fs" = jbdfs ] && how=mkfs-jbdfs extra="bdelay=$b"
+    bench_image img "$dev" "$how"
+    new_mountpoint mnt jbdfs-fsmark
+    bench_mount "$fs" "$dev" "$img" "$mnt" "$log" "$data" "$extra"
+    measure "$fs" "$dev" "$data" "$b" "$mnt"
+    if ! bench_umount "$fs" "$mnt" "$img" "$log"; then
+        fsck_failed+=("$fs on $dev, data=$data, bdelay=$b")
+        cp "$img" "$img.failed" && info "kept the image that failed e2fsck: $img.failed"
+    fi
+    rm -f "$img"
+}
+
+fsck_failed=()
+for data in $datas; do
+    for dev in $devices; do
+        for fs in $(bench_fs_list "$dev" "$refs"); do
+            if [ "$fs" = jbdfs ]; then
+                for b in $bdelays; do one_mount jbdfs "$dev" "$data" "$b"; done
+            else
+                # fuse2fs has no data modes: it writes no journal at all.
+                [ "$fs" = fuse2fs ] && [ "$data" != ordered ] && continue
+                one_mount "$fs" "$dev" "$data" -
+            fi
+        done
+    done
+done
+
+report=("$JBDFS_ROOT/scripts/bench-fsmark.py" "$results")
+[ -n "$charts" ] && report+=(--charts "$charts")
+"$BENCH_PYTHON" "${report[@]}"
+bench_fsck_summary "${fsck_failed[@]}"
