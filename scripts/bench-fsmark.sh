@@ -26,19 +26,20 @@ bdelays="0 yield 1 2 3 4 jbd2 auto"
 threads="1 2 4 8 10 16 20"
 datas="ordered"
 repeat=1
-refs=1
+refs="ext3 fuse2fs"
 charts=""
 out=""
 quick=0
 while [ $# -gt 0 ]; do
     case "$1" in
-        --quick) quick=1 ;;
+        # Later options override what --quick chooses.
+        --quick) quick=1 devices="ram sata" bdelays="0 1 auto" threads="1 4" ;;
         --devices) devices="$2"; shift ;;
         --bdelay) bdelays="$2"; shift ;;
         --threads) threads="$2"; shift ;;
         --data) datas="$2"; shift ;;
         --repeat) repeat="$2"; shift ;;
-        --no-refs) refs=0 ;;
+        --no-refs) refs="" ;;
         --charts) charts="$2"; shift ;;
         --out) out="$2"; shift ;;
         -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
@@ -46,11 +47,6 @@ while [ $# -gt 0 ]; do
     esac
     shift
 done
-if [ "$quick" = 1 ]; then
-    devices="${BENCH_QUICK_DEVICES:-ram sata}"
-    bdelays="${BENCH_QUICK_BDELAY:-0 1 auto}"
-    threads="${BENCH_QUICK_THREADS:-1 4}"
-fi
 need_root "fs_mark on FUSE and loop mounts"
 command -v fs_mark >/dev/null || die "fs_mark is missing (scripts/deps.sh installs fsmark)"
 trap mnt_cleanup EXIT
@@ -86,48 +82,52 @@ run_fsmark() {
         | awk '$1 ~ /^[0-9]+$/ && NF >= 5 { rate = $4 } END { if (rate == "") exit 1; print rate }'
 }
 
-# measure FS DEVICE DATA BDELAY MNT: every thread count on one mount.
-measure() {
-    local fs="$1" dev="$2" data="$3" b="$4" mnt="$5" t r n rate run=0
-    for t in $threads; do
-        n="$(files_per_thread "$dev" "$t")"
-        for r in $(seq 1 "$repeat"); do
-            run=$((run + 1))
-            rate="$(run_fsmark "$mnt/run$run" "$t" "$n")" || die "fs_mark failed on $fs ($dev)"
-            rm -rf "$mnt/run$run"
-            printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$fs" "$dev" "$data" "$b" "$t" "$rate" >>"$results"
-            info "$fs $dev data=$data bdelay=$b threads=$t: $rate files/s"
+# one_device DATA DEVICE: every setting on DEVICE mounted side by side (one
+# jbdfs per bdelay value, and the references), then for each thread count
+# and repeat one fs_mark run on each in turn, so that the machine's load
+# changes affect every setting alike; then unmount and e2fsck -fn each.
+one_device() {
+    local data="$1" dev="$2" fs b how extra img="" mnt="" i t n rate run=0
+    local labels=() images=() mounts=()
+    for fs in $(bench_fs_list "$dev" "$refs"); do
+        # fuse2fs has no data modes: it writes no journal at all.
+        [ "$fs" = fuse2fs ] && [ "$data" != ordered ] && continue
+        for b in $([ "$fs" = jbdfs ] && echo "$bdelays" || echo -); do
+            how=mke2fs extra=""
+            [ "$fs" = jbdfs ] && how=mkfs-jbdfs extra="bdelay=$b"
+            bench_image img "$dev" "$how"
+            new_mountpoint mnt jbdfs-fsmark
+            bench_mount "$fs" "$dev" "$img" "$mnt" "$log" "$data" "$extra"
+            labels+=("$fs $b") images+=("$img") mounts+=("$mnt")
         done
     done
-}
-
-# one_mount FS DEVICE DATA BDELAY: a fresh image and mount, all thread counts.
-one_mount() {
-    local fs="$1" dev="$2" data="$3" b="$4" img mnt how=mke2fs extra=""
-    [ "$fs" = jbdfs ] && how=mkfs-jbdfs extra="bdelay=$b"
-    bench_image img "$dev" "$how"
-    new_mountpoint mnt jbdfs-fsmark
-    bench_mount "$fs" "$dev" "$img" "$mnt" "$log" "$data" "$extra"
-    measure "$fs" "$dev" "$data" "$b" "$mnt"
-    if ! bench_umount "$fs" "$mnt" "$img" "$log"; then
-        fsck_failed+=("$fs on $dev, data=$data, bdelay=$b")
-        cp "$img" "$img.failed" && info "kept the image that failed e2fsck: $img.failed"
-    fi
-    rm -f "$img"
+    for t in $threads; do
+        n="$(files_per_thread "$dev" "$t")"
+        for _ in $(seq 1 "$repeat"); do
+            run=$((run + 1))
+            for i in "${!labels[@]}"; do
+                read -r fs b <<<"${labels[$i]}"
+                rate="$(run_fsmark "${mounts[$i]}/run$run" "$t" "$n")" || die "fs_mark failed on $fs ($dev)"
+                rm -rf "${mounts[$i]}/run$run"
+                printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$fs" "$dev" "$data" "$b" "$t" "$rate" >>"$results"
+                info "$fs $dev data=$data bdelay=$b threads=$t: $rate files/s"
+            done
+        done
+    done
+    for i in "${!labels[@]}"; do
+        read -r fs b <<<"${labels[$i]}"
+        if ! bench_umount "$fs" "${mounts[$i]}" "${images[$i]}" "$log"; then
+            fsck_failed+=("$fs on $dev, data=$data, bdelay=$b")
+            cp "${images[$i]}" "${images[$i]}.failed" && info "kept the image that failed e2fsck: ${images[$i]}.failed"
+        fi
+        rm -f "${images[$i]}"
+    done
 }
 
 fsck_failed=()
 for data in $datas; do
     for dev in $devices; do
-        for fs in $(bench_fs_list "$dev" "$refs"); do
-            if [ "$fs" = jbdfs ]; then
-                for b in $bdelays; do one_mount jbdfs "$dev" "$data" "$b"; done
-            else
-                # fuse2fs has no data modes: it writes no journal at all.
-                [ "$fs" = fuse2fs ] && [ "$data" != ordered ] && continue
-                one_mount "$fs" "$dev" "$data" -
-            fi
-        done
+        one_device "$data" "$dev"
     done
 done
 

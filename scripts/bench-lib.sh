@@ -95,14 +95,41 @@ bench_umount() {
     check_image "$img" "$log"
 }
 
-# bench_fs_list DEVICE REFS: the filesystems to run on DEVICE: jbdfs, plus
-# ext3 and fuse2fs where they can run and REFS is 1.
+# bench_fs_list DEVICE "REFS": the filesystems to run on DEVICE: jbdfs, and
+# the references in REFS (ext3, fuse2fs) where they can run (ram, disk).
 bench_fs_list() {
-    if [ "$2" = 1 ] && { [ "$1" = ram ] || [ "$1" = disk ]; }; then
-        printf 'jbdfs ext3 fuse2fs\n'
-    else
-        printf 'jbdfs\n'
-    fi
+    case "$1" in
+        ram | disk) printf 'jbdfs %s\n' "$2" ;;
+        *) printf 'jbdfs\n' ;;
+    esac
+}
+
+# bench_workload "REFS" DATA OPTS RESULTS LOG REPEAT "DEVICES" CMD...: for
+# each device, repeat and filesystem (jbdfs, and the references in REFS
+# where they run): a fresh image, mounted in data mode DATA (jbdfs
+# also with OPTS), `CMD... MOUNTPOINT`, whose TSV lines are appended to
+# RESULTS prefixed with the filesystem and device, then unmount and
+# e2fsck -fn. Runs that fail e2fsck are listed in BENCH_FSCK_FAILED.
+BENCH_FSCK_FAILED=()
+bench_workload() {
+    local refs="$1" data="$2" opts="$3" results="$4" log="$5" repeat="$6" devices="$7"
+    shift 7
+    local dev fs how r img="" mnt=""
+    for dev in $devices; do
+        for r in $(seq 1 "$repeat"); do
+            for fs in $(bench_fs_list "$dev" "$refs"); do
+                how=mke2fs
+                [ "$fs" = jbdfs ] && how=mkfs-jbdfs
+                bench_image img "$dev" "$how"
+                new_mountpoint mnt jbdfs-bench
+                bench_mount "$fs" "$dev" "$img" "$mnt" "$log" "$data" "$opts"
+                info "$fs on $dev, run $r: $(basename "$1") ${*:2}"
+                "$@" "$mnt" | sed "s/^/$fs\t$dev\t/" | tee -a "$results" >&2
+                bench_umount "$fs" "$mnt" "$img" "$log" || BENCH_FSCK_FAILED+=("$fs on $dev, run $r")
+                rm -f "$img"
+            done
+        done
+    done
 }
 
 # bench_fsck_summary [FAILED...]: after a run, say whether every image was

@@ -45,25 +45,10 @@ results="${out:-$(mktemp /tmp/jbdfs-tree.XXXXXX.tsv)}"
 log="$(mktemp /tmp/jbdfs-tree.XXXXXX.log)"
 info "raw results: $results; mount and fsck log: $log"
 
-fsck_failed=()
-for dev in $devices; do
-    for r in $(seq 1 "$repeat"); do
-        for fs in jbdfs ext3; do
-            how=mke2fs
-            [ "$fs" = jbdfs ] && how=mkfs-jbdfs
-            bench_image img "$dev" "$how"
-            new_mountpoint mnt jbdfs-tree
-            bench_mount "$fs" "$dev" "$img" "$mnt" "$log" "$data" "$opts"
-            info "$fs on $dev (run $r): $files files"
-            "$BENCH_PYTHON" "$JBDFS_ROOT/scripts/bench-tree.py" run "$mnt" --files "$files" --drop-caches \
-                | sed "s/^/$fs\t$dev\t/" | tee -a "$results" >&2
-            bench_umount "$fs" "$mnt" "$img" "$log" || fsck_failed+=("$fs on $dev, run $r")
-            rm -f "$img"
-        done
-    done
-done
+bench_workload ext3 "$data" "$opts" "$results" "$log" "$repeat" "$devices" \
+    "$BENCH_PYTHON" "$JBDFS_ROOT/scripts/bench-tree.py" run --files "$files" --drop-caches
 
 report=("$JBDFS_ROOT/scripts/bench-tree.py" report "$results")
 [ -n "$charts" ] && report+=(--charts "$charts")
 "$BENCH_PYTHON" "${report[@]}"
-bench_fsck_summary "${fsck_failed[@]}"
+bench_fsck_summary "${BENCH_FSCK_FAILED[@]}"
