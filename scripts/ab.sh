@@ -36,5 +36,6 @@ else
         --threads "1 2 4 8 10 16 20" --data "ordered writeback journal"
 fi
 [ -n "$charts" ] && set -- "$@" --charts "$charts"
+"$JBDFS_ROOT/scripts/deps.sh"
 section "bdelay A/B: fs_mark on jbdfs$([ "$quick" = 1 ] && echo ' (quick)')"
 exec "$JBDFS_ROOT/scripts/bench-fsmark.sh" "$@" "${args[@]}"

@@ -6,13 +6,15 @@
 #
 #   scripts/bench-fsmark.sh [--quick] [--devices "ram disk array sata"]
 #       [--bdelay "0 yield 1 2 3 4 jbd2 auto"] [--threads "1 2 4 8 10 16 20"]
-#       [--data "ordered"] [--repeat R] [--no-refs] [--charts DIR] [--out FILE]
+#       [--data "ordered"] [--repeat R] [--seconds S] [--no-refs] [--charts DIR]
+#       [--out FILE]
 #
 # Prints Markdown tables: files/s in the layout of DESIGN.md's bdelay table,
 # bdelay=auto against the best fixed setting, and jbdfs against ext3 and
-# fuse2fs with ratios. --charts DIR writes fsmark-DEVICE[-DATA].png there
-# (files/s against threads, one line per bdelay value). --out keeps the raw
-# results (TSV). Every image is checked with e2fsck -fn after its run.
+# fuse2fs with ratios. Each run creates about S seconds' worth of files (2;
+# 0.5 with --quick), sized from the setting's previous rate. --charts DIR
+# writes fsmark-DEVICE[-DATA].png there (files/s against threads, one line
+# per bdelay value). --out keeps the raw results (TSV). Every image is checked with e2fsck -fn after its run.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -29,11 +31,12 @@ repeat=1
 refs="ext3 fuse2fs"
 charts=""
 out=""
-quick=0
+seconds=2
 while [ $# -gt 0 ]; do
     case "$1" in
         # Later options override what --quick chooses.
-        --quick) quick=1 devices="ram sata" bdelays="0 1 auto" threads="1 4" ;;
+        --quick) devices="ram sata" bdelays="0 1 auto" threads="1 4" seconds=0.5 ;;
+        --seconds) seconds="$2"; shift ;;
         --devices) devices="$2"; shift ;;
         --bdelay) bdelays="$2"; shift ;;
         --threads) threads="$2"; shift ;;
@@ -57,17 +60,21 @@ results="${out:-$(mktemp /tmp/jbdfs-fsmark.XXXXXX.tsv)}"
 log="$(mktemp /tmp/jbdfs-fsmark.XXXXXX.log)"
 info "raw results: $results; mount and fsck log: $log"
 
-# files_per_thread DEVICE THREADS: enough files that each run takes about
-# a second or more on that device, at least a few per thread.
+# files_per_thread DEVICE THREADS [LAST_RATE]: files for one run. With the
+# rate the same setting reached last time, enough for about $seconds s, up
+# to a guess for the device; without, the guess. At least a few per thread.
 files_per_thread() {
     local total min
     case "$1" in
-        ram) total=2000 min=100 ;;
-        disk) total=1200 min=60 ;;
-        array) total=600 min=30 ;;
-        sata) total=120 min=8 ;;
+        ram) total=2000 min=40 ;;
+        disk) total=1200 min=30 ;;
+        array) total=600 min=20 ;;
+        sata) total=120 min=6 ;;
     esac
-    [ "$quick" = 1 ] && total=$((total / 4)) min=$((min / 2))
+    # Never more than the guess: a setting that collapses when threads are
+    # added would otherwise run for minutes.
+    [ -n "${3:-}" ] && total="$(awk -v r="$3" -v s="$seconds" -v g="$total" \
+        'BEGIN { n = r * s; printf "%d", n < g ? n : g }')"
     local n=$((total / $2))
     [ "$n" -lt "$min" ] && n=$min
     printf '%s\n' "$n"
@@ -88,7 +95,7 @@ run_fsmark() {
 # changes affect every setting alike; then unmount and e2fsck -fn each.
 one_device() {
     local data="$1" dev="$2" fs b how extra img="" mnt="" i t n rate run=0
-    local labels=() images=() mounts=()
+    local labels=() images=() mounts=() last=()
     for fs in $(bench_fs_list "$dev" "$refs"); do
         # fuse2fs has no data modes: it writes no journal at all.
         [ "$fs" = fuse2fs ] && [ "$data" != ordered ] && continue
@@ -102,13 +109,14 @@ one_device() {
         done
     done
     for t in $threads; do
-        n="$(files_per_thread "$dev" "$t")"
         for _ in $(seq 1 "$repeat"); do
             run=$((run + 1))
             for i in "${!labels[@]}"; do
                 read -r fs b <<<"${labels[$i]}"
+                n="$(files_per_thread "$dev" "$t" "${last[$i]:-}")"
                 rate="$(run_fsmark "${mounts[$i]}/run$run" "$t" "$n")" || die "fs_mark failed on $fs ($dev)"
                 rm -rf "${mounts[$i]}/run$run"
+                last[i]="$rate"
                 printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$fs" "$dev" "$data" "$b" "$t" "$rate" >>"$results"
                 info "$fs $dev data=$data bdelay=$b threads=$t: $rate files/s"
             done

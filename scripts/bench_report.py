@@ -38,7 +38,7 @@ def _pyplot():
         return None
 
 
-def line_chart(path, title, xlabel, ylabel, lines, logy=False):
+def line_chart(path, title, xlabel, ylabel, lines, logy=False, log2x=False):
     """lines: [(label, {x: y}, linestyle)]."""
     plt = _pyplot()
     if plt is None:
@@ -50,9 +50,15 @@ def line_chart(path, title, xlabel, ylabel, lines, logy=False):
     ax.set_title(title, fontsize=10)
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
+    if log2x:
+        ticks = sorted({x for _, points, _ in lines for x in points})
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([str(t) for t in ticks])
     if logy:
         ax.set_yscale("log")
-    ax.set_ylim(bottom=0 if not logy else None)
+    else:
+        ax.set_ylim(bottom=0)
     ax.grid(True, alpha=0.3)
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
