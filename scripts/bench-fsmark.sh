@@ -57,6 +57,7 @@ build_jbdfs
 
 results="${out:-$(mktemp /tmp/jbdfs-fsmark.XXXXXX.tsv)}"
 : >"$results"
+: >"$results.stats"
 log="$(mktemp /tmp/jbdfs-fsmark.XXXXXX.log)"
 info "raw results: $results; mount and fsck log: $log"
 
@@ -101,7 +102,7 @@ one_device() {
         [ "$fs" = fuse2fs ] && [ "$data" != ordered ] && continue
         for b in $([ "$fs" = jbdfs ] && echo "$bdelays" || echo -); do
             how=mke2fs extra=""
-            [ "$fs" = jbdfs ] && how=mkfs-jbdfs extra="bdelay=$b"
+            [ "$fs" = jbdfs ] && how=mkfs-jbdfs extra="bdelay=$b,stats=$img.stats"
             bench_image img "$dev" "$how"
             new_mountpoint mnt jbdfs-fsmark
             bench_mount "$fs" "$dev" "$img" "$mnt" "$log" "$data" "$extra"
@@ -124,6 +125,15 @@ one_device() {
     done
     for i in "${!labels[@]}"; do
         read -r fs b <<<"${labels[$i]}"
+        # The journal's own account of the whole mount: how many handles
+        # shared a commit and how long they waited to batch.
+        [ -f "${images[$i]}.stats" ] && awk -v dev="$dev" -v data="$data" -v b="$b" '
+            /handles per transaction/ { h = $1 }
+            /waiting to batch per transaction/ { w = $1 + 0 }
+            /transactions \(/ { n = $1 }
+            END { printf "%s\t%s\t%s\t%s\t%s\t%s\n", dev, data, b, n, h, w }' \
+            "${images[$i]}.stats" >>"$results.stats"
+        rm -f "${images[$i]}.stats"
         if ! bench_umount "$fs" "${mounts[$i]}" "${images[$i]}" "$log"; then
             fsck_failed+=("$fs on $dev, data=$data, bdelay=$b")
             cp "${images[$i]}" "${images[$i]}.failed" && info "kept the image that failed e2fsck: ${images[$i]}.failed"

@@ -9,8 +9,8 @@
 //!   time clamped to [min_batch_time, max_batch_time] µs, if the
 //!   transaction is younger than that.
 //! - `bdelay=auto` (ours): the 2008 loop, run only where it pays — on a
-//!   device whose commits are slow (jbd2's running average at least
-//!   [`AUTO_MIN_COMMIT`]) — with a slice of a quarter of the average commit
+//!   device whose commits are slow (the fastest recent commit taking at
+//!   least [`AUTO_MIN_COMMIT`]) — with a slice of a quarter of the average commit
 //!   (at most [`AUTO_MAX_SLICE`]) instead of a jiffy, and never longer in
 //!   all than max_batch_time. On a
 //!   ramdisk or an array with a write cache a commit is cheaper than any
@@ -49,6 +49,17 @@ impl Default for Batching {
     fn default() -> Self {
         Batching::Auto { max_us: 15_000 }
     }
+}
+
+/// The commit floor: the fastest recent commit, rising by 1/16 per commit
+/// towards slower ones. Commits slowed by the CPU (a preempted commit
+/// thread on a busy machine) inflate the average, not the floor, which is
+/// what the device itself costs. The first commit sets it.
+fn next_floor(old: u64, commit_micros: u64) -> u64 {
+    if old == 0 {
+        return commit_micros.max(1);
+    }
+    commit_micros.min(old + old / 16 + 1).max(1)
 }
 
 thread_local! {
@@ -124,12 +135,17 @@ impl Journal {
     }
 
     /// Folds one commit's duration into jbd2's running average,
-    /// `avg = (t + 3 * avg) / 4`, which jbd2 and auto wait by.
+    /// `avg = (t + 3 * avg) / 4`, which jbd2 and auto wait by, and into the
+    /// commit floor that auto decides by.
     pub(super) fn note_commit_time(&self, took: Duration) {
         let t = took.as_micros() as u64;
         let avg = &self.counters.avg_commit_micros;
         let _ = avg.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
             Some((t + 3 * old) / 4)
+        });
+        let floor = &self.counters.floor_commit_micros;
+        let _ = floor.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
+            Some(next_floor(old, t))
         });
     }
 
@@ -152,13 +168,37 @@ impl Journal {
     }
 
     fn auto_wait(&self, max_us: u32) {
-        let commit = self.average_commit();
-        if max_us == 0 || commit < AUTO_MIN_COMMIT {
+        let floor = self.counters.floor_commit_micros.load(Ordering::Relaxed);
+        if max_us == 0 || Duration::from_micros(floor) < AUTO_MIN_COMMIT {
             return;
         }
+        let commit = self.average_commit();
         let max = Duration::from_micros(max_us as u64);
         let slice = (commit / 4).min(AUTO_MAX_SLICE).min(max);
         let deadline = Instant::now() + max;
         self.handle_count_loop_until(|| std::thread::sleep(slice), Some(deadline));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::next_floor;
+
+    #[test]
+    fn commit_floor_follows_fast_commits_and_rises_slowly() {
+        let mut floor = next_floor(0, 20_000);
+        assert_eq!(floor, 20_000);
+        // A fast commit lowers it at once; slow outliers barely move it.
+        floor = next_floor(floor, 100);
+        assert_eq!(floor, 100);
+        for _ in 0..3 {
+            floor = next_floor(floor, 30_000);
+        }
+        assert!(floor < 130, "{floor}");
+        // A device that really became slow is followed within ~100 commits.
+        for _ in 0..120 {
+            floor = next_floor(floor, 20_000);
+        }
+        assert_eq!(floor, 20_000);
     }
 }
