@@ -78,13 +78,15 @@ def report_results(args):
         for line in f:
             fs, dev, phase, rate = line.rstrip("\n").split("\t")
             res[(fs, dev)][phase].append(float(rate))
-    med = {k: {p: sorted(v)[len(v) // 2] for p, v in d.items()} for k, d in res.items()}
+    # The best of the repeats: on a shared machine other work only ever
+    # slows a phase down.
+    med = {k: {p: max(v) for p, v in d.items()} for k, d in res.items()}
     for dev in sorted({d for _, d in med}):
         mine, ext3, f2fs = (med.get((fs, dev), {}) for fs in ("jbdfs", "ext3", "fuse2fs"))
         rows = [[p, report.num(mine.get(p)), report.num(ext3.get(p)), report.num(f2fs.get(p)),
                  report.ratio(mine.get(p), ext3.get(p)), report.ratio(mine.get(p), f2fs.get(p))]
                 for p in PHASES]
-        print(f"\nSmall files, create/link/rename/delete (afdbench-like) on {dev}, files/s:\n")
+        print(f"\nSmall files, create/link/rename/delete (afdbench-like) on {dev}, files/s, best of the repeats:\n")
         report.table(["phase", "jbdfs", "ext3", "fuse2fs", "jbdfs/ext3", "jbdfs/fuse2fs"], rows)
         if args.charts:
             report.bar_chart(os.path.join(args.charts, f"afd-{dev}.png"),

@@ -101,9 +101,11 @@ one_device() {
         # fuse2fs has no data modes: it writes no journal at all.
         [ "$fs" = fuse2fs ] && [ "$data" != ordered ] && continue
         for b in $([ "$fs" = jbdfs ] && echo "$bdelays" || echo -); do
-            how=mke2fs extra=""
-            [ "$fs" = jbdfs ] && how=mkfs-jbdfs extra="bdelay=$b,stats=$img.stats"
+            how=mke2fs
+            [ "$fs" = jbdfs ] && how=mkfs-jbdfs
             bench_image img "$dev" "$how"
+            extra=""
+            [ "$fs" = jbdfs ] && extra="bdelay=$b,stats=$img.stats"
             new_mountpoint mnt jbdfs-fsmark
             bench_mount "$fs" "$dev" "$img" "$mnt" "$log" "$data" "$extra"
             labels+=("$fs $b") images+=("$img") mounts+=("$mnt")
