@@ -199,7 +199,7 @@ impl Timeline {
             let rotation = 60e6 / p.rpm as f64;
             micros += rotation - (idle.as_nanos() as f64 / 1000.0) % rotation;
         }
-        self.head = offset + len;
+        self.head = offset.saturating_add(len);
         Duration::from_nanos((micros * 1000.0) as u64)
     }
 
