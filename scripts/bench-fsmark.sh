@@ -86,7 +86,8 @@ run_fsmark() {
     local base="$1" t="$2" n="$3" args=() i
     for i in $(seq 1 "$t"); do args+=(-d "$base/t$i"); done
     mkdir -p "$base"
-    fs_mark "${args[@]}" -s 4096 -n "$n" -S 1 -L 1 2>&1 \
+    # fs_mark keeps a log, fs_log.txt in the current directory unless told.
+    fs_mark "${args[@]}" -s 4096 -n "$n" -S 1 -L 1 -l "$log.fs_mark" 2>&1 \
         | awk '$1 ~ /^[0-9]+$/ && NF >= 5 { rate = $4 } END { if (rate == "") exit 1; print rate }'
 }
 
