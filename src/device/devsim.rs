@@ -52,7 +52,8 @@ pub struct DevSimParams {
 /// - `ram`: no added cost; the backing store's own speed (an image in
 ///   /dev/shm), with unlimited concurrency.
 /// - `array`: a midrange array with a battery-backed write cache: a fixed
-///   per-request latency, four requests in service at once, cheap flushes.
+///   per-request latency, two requests in service at once (the controller),
+///   flushes as cheap as a request.
 /// - `sata`: one 7200 rpm disk without write cache: one request at a time,
 ///   seeks and rotational latency, ~70 MB/s media rate.
 const MODELS: &[(&str, [u32; 7])] = &[
