@@ -128,8 +128,12 @@ one_device() {
     done
     for i in "${!labels[@]}"; do
         read -r fs b <<<"${labels[$i]}"
-        # The journal's own account of the whole mount: how many handles
-        # shared a commit and how long they waited to batch.
+        if ! bench_umount "$fs" "${mounts[$i]}" "${images[$i]}" "$log"; then
+            fsck_failed+=("$fs on $dev, data=$data, bdelay=$b")
+            cp "${images[$i]}" "${images[$i]}.failed" && info "kept the image that failed e2fsck: ${images[$i]}.failed"
+        fi
+        # The journal's own account of the whole mount, written at unmount:
+        # how many handles shared a commit and how long they waited to batch.
         [ -f "${images[$i]}.stats" ] && awk -v dev="$dev" -v data="$data" -v b="$b" '
             /handles per transaction/ { h = $1 }
             /waiting to batch per transaction/ { w = $1 + 0 }
@@ -137,10 +141,6 @@ one_device() {
             END { printf "%s\t%s\t%s\t%s\t%s\t%s\n", dev, data, b, n, h, w }' \
             "${images[$i]}.stats" >>"$results.stats"
         rm -f "${images[$i]}.stats"
-        if ! bench_umount "$fs" "${mounts[$i]}" "${images[$i]}" "$log"; then
-            fsck_failed+=("$fs on $dev, data=$data, bdelay=$b")
-            cp "${images[$i]}" "${images[$i]}.failed" && info "kept the image that failed e2fsck: ${images[$i]}.failed"
-        fi
         rm -f "${images[$i]}"
     done
 }
