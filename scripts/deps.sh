@@ -32,6 +32,7 @@ mount          mount losetup
 kmod           modprobe
 python3        python3
 g++            g++
+python3-matplotlib -
 "
 
 pkg_installed() {

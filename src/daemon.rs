@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, SessionACL};
 
-use crate::device::{BlockDevice, FileDevice, OpenOptions, RecordingDevice};
+use crate::device::{BlockDevice, FileDevice, OpenOptions, RecordingDevice, SimDevice};
 use crate::fs::{Filesystem, MountConfig};
 
 /// What the daemon needs, resolved from the command line and -o options.
@@ -45,6 +45,8 @@ pub struct DaemonConfig {
     pub errors: crate::options::ErrorsPolicy,
     /// -o record=PATH: log every write, flush and mark for crash testing.
     pub record: Option<PathBuf>,
+    /// -o devsim=: a latency model over the backing store.
+    pub devsim: Option<crate::device::DevSimParams>,
 }
 
 /// Opens the backing store and mounts the filesystem in-process.
@@ -66,6 +68,12 @@ pub fn open_recorded(
     let dev = FileDevice::open(&cfg.source, opts)
         .map_err(|e| anyhow::anyhow!("{}: {e}", cfg.source.display()))?;
     let mut dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    // The latency model sits next to the backing store; the recorder, if
+    // any, above it sees the same writes in the same order.
+    if let Some(params) = &cfg.devsim {
+        tracing::info!(model = %params, "emulating a device");
+        dev = Arc::new(SimDevice::new(dev, params.clone()));
+    }
     let mut recorder = None;
     if cfg.record.is_some() && cfg.read_only {
         tracing::warn!("record= ignored: a read-only mount writes nothing to record");

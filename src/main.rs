@@ -104,6 +104,12 @@ fn run(args: Args) -> anyhow::Result<()> {
         data_writeback: opts.data == jbdfs::options::DataMode::Writeback,
         errors: opts.errors,
         record: opts.record.clone(),
+        devsim: opts
+            .devsim
+            .as_deref()
+            .map(jbdfs::device::DevSimParams::parse)
+            .transpose()
+            .map_err(anyhow::Error::msg)?,
     };
     daemon::check_mountable(&cfg)?;
     if foreground {

@@ -347,7 +347,7 @@ impl MountOptions {
             "cache_size" => self.cache_size = byte_size(key, value)?,
             "threads" => self.threads = in_range(key, value, THREADS_RANGE)?,
             "max_map" => self.max_map = Some(number(key, value, "a non-negative integer")?),
-            "devsim" => self.devsim = Some(text(key, value, "a device model name")?.to_string()),
+            "devsim" => self.devsim = Some(devsim(key, value)?),
             "stats" => self.stats = Some(text(key, value, "a file path")?.into()),
             "record" => self.record = Some(text(key, value, "a file path")?.into()),
             "debug" => self.debug = flag(key, value)?,
@@ -488,6 +488,13 @@ where
     } else {
         Err(bad_value(key, value, &expected))
     }
+}
+
+/// A device model with optional overrides, checked here, kept as given.
+fn devsim(key: &str, value: Option<&str>) -> Result<String, OptionError> {
+    let spec = text(key, value, "a device model name")?;
+    crate::device::DevSimParams::parse(spec).map_err(|why| bad_value(key, value, &why))?;
+    Ok(spec.to_string())
 }
 
 fn commit_interval(key: &str, value: Option<&str>) -> Result<u32, OptionError> {
@@ -712,6 +719,13 @@ mod tests {
         assert_eq!(o.record, Some(PathBuf::from("/tmp/r.log")));
         assert_bad_value("max_map=-1", "max_map");
         assert_bad_value("devsim=", "devsim");
+        assert_bad_value("devsim=floppy", "devsim");
+        assert_bad_value("devsim=sata:rpm=fast", "devsim");
+        let o = parse("devsim=sata:flush_us=8000:seek_max_us=12000");
+        assert_eq!(
+            o.devsim.as_deref(),
+            Some("sata:flush_us=8000:seek_max_us=12000")
+        );
         assert_bad_value("stats", "stats");
         assert_bad_value("record=", "record");
     }

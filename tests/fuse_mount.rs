@@ -83,6 +83,7 @@ impl Mounted {
             data_writeback: false,
             errors: Default::default(),
             record: None,
+            devsim: None,
         };
         let server = std::thread::spawn(move || serve(&cfg));
         let deadline = Instant::now() + Duration::from_secs(20);

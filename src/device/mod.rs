@@ -6,6 +6,7 @@
 //! serialise on a lock in this layer unless the backing store demands it.
 
 pub mod fault;
+pub mod devsim;
 pub mod file;
 pub mod memory;
 pub mod record;
@@ -13,6 +14,7 @@ pub mod record;
 use std::io::{self, IoSlice};
 
 pub use fault::{FaultDevice, FaultOp, FaultPlan};
+pub use devsim::{DevSimParams, SimDevice};
 pub use file::{FileDevice, OpenOptions};
 pub use memory::MemoryDevice;
 pub use record::{Event, RecordingDevice};

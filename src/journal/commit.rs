@@ -203,6 +203,7 @@ impl Journal {
         c.logged_blocks.fetch_add(logged, Relaxed);
         c.commit_micros
             .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
+        self.note_commit_time(started.elapsed());
         self.wake.notify_all();
     }
 

@@ -103,6 +103,8 @@ pub(super) struct Counters {
     pub commit_micros: AtomicU64,
     /// jbd2's running average of commit time, `(t + 3 * avg) / 4`.
     pub avg_commit_micros: AtomicU64,
+    /// The fastest recent commit (batch.rs): what the device costs.
+    pub floor_commit_micros: AtomicU64,
     pub batch_wait_micros: AtomicU64,
     pub run_micros: AtomicU64,
 }
