@@ -17,9 +17,10 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::str::FromStr;
 
-/// Provisional default for `bdelay`. The journal issue measures the policies on
-/// fast and slow storage, chooses the final default and documents why.
-pub const DEFAULT_BDELAY: Bdelay = Bdelay::Jbd2;
+/// The default `bdelay`: auto, which commits at once on fast devices (as
+/// bdelay=0) and batches only where a commit costs a positioning delay
+/// (docs/ARCHITECTURE.md, batch.rs; figures in docs/PERFORMANCE.md).
+pub const DEFAULT_BDELAY: Bdelay = Bdelay::Auto;
 /// Jiffies per second for `bdelay=N`; 250 matches the kernel config the
 /// original bdelay measurements were taken with (4 ms per jiffy).
 pub const DEFAULT_HZ: u32 = 250;
@@ -563,7 +564,7 @@ mod tests {
         assert!(!o.read_only);
         assert_eq!(o.data, DataMode::Ordered);
         assert_eq!(o.bdelay, DEFAULT_BDELAY);
-        assert_eq!(o.bdelay, Bdelay::Jbd2);
+        assert_eq!(o.bdelay, Bdelay::Auto);
         assert_eq!(o.hz, 250);
         assert_eq!((o.min_batch_time, o.max_batch_time), (0, 15_000));
         assert_eq!(o.commit, 5);
