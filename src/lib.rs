@@ -23,8 +23,11 @@
 //! 3. Journal: a handle's transaction (`Journal::state`, briefly), the
 //!    commit lock (`Journal::commit_lock`, held by commit and checkpoint
 //!    across log I/O), `Journal::pending_free` (a leaf).
-//! 4. `Filesystem::orphans`, then `Filesystem::sb` (a leaf: held only to
-//!    copy or update fields).
+//! 4. `Filesystem::orphans`, then `Filesystem::sb`. Each is held only to
+//!    change its fields and, while still held, copy them into a buffer the
+//!    handle has already joined (an orphan's inode slot, the superblock), so
+//!    two writers cannot leave an older copy in the buffer; nothing else is
+//!    taken under them but buffer data locks.
 //! 5. A group lock (`Filesystem::group_locks`), one at a time, taken by
 //!    allocation and freeing while inode locks are held.
 //! 6. Buffer cache locks, in the cache's own order (src/cache/mod.rs): a

@@ -160,15 +160,20 @@ impl Filesystem {
     ) -> Result<()> {
         let (block, off) = self.inode_location(ino)?;
         let mut bytes = inode.to_bytes();
-        if inode.i_links_count == 0 {
-            // An orphan's i_dtime is its link in the orphan chain.
-            if let Some(next) = self.orphan_next(ino) {
-                bytes[0x14..0x18].copy_from_slice(&next.to_le_bytes());
-            }
-        }
         let buf = self.cache.get(block)?;
         h.get_write_access(&buf)?;
-        buf.write()[off..off + bytes.len()].copy_from_slice(&bytes);
+        if inode.i_links_count == 0 {
+            // An orphan's i_dtime is its link in the orphan chain. The list
+            // stays locked until the slot is written, so a concurrent change
+            // of the chain cannot be overwritten with a link it has undone.
+            let list = self.orphans.lock();
+            if let Some(next) = super::orphan::next_in(&list, ino) {
+                bytes[0x14..0x18].copy_from_slice(&next.to_le_bytes());
+            }
+            buf.write()[off..off + bytes.len()].copy_from_slice(&bytes);
+        } else {
+            buf.write()[off..off + bytes.len()].copy_from_slice(&bytes);
+        }
         h.dirty_metadata(&buf)?;
         Ok(())
     }

@@ -383,20 +383,23 @@ impl Filesystem {
     /// group descriptors, into its buffer.
     pub(crate) fn write_superblock(&self, h: &mut Handle<'_>) -> Result<()> {
         let (free_blocks, free_inodes) = self.free_counts()?;
-        let bytes = {
-            let mut sb = self.sb.lock();
-            sb.s_free_blocks_count = free_blocks;
-            sb.s_free_inodes_count = free_inodes;
-            sb.s_wtime = crate::util::now().0 as u32;
-            self.errors.stamp(&mut sb);
-            sb.to_bytes()
-        };
         let bs = self.block_size as u64;
         let block = BlockNo((sbm::SUPERBLOCK_OFFSET / bs) as u32);
         let offset = (sbm::SUPERBLOCK_OFFSET % bs) as usize;
         let buf = self.cache.get(block)?;
         h.get_write_access(&buf)?;
-        buf.write()[offset..offset + bytes.len()].copy_from_slice(&bytes);
+        {
+            // Copied into the buffer with the superblock locked, so that
+            // two writers cannot leave the older copy (an orphan chain's
+            // head, say) in the buffer.
+            let mut sb = self.sb.lock();
+            sb.s_free_blocks_count = free_blocks;
+            sb.s_free_inodes_count = free_inodes;
+            sb.s_wtime = crate::util::now().0 as u32;
+            self.errors.stamp(&mut sb);
+            let bytes = sb.to_bytes();
+            buf.write()[offset..offset + bytes.len()].copy_from_slice(&bytes);
+        }
         h.dirty_metadata(&buf)?;
         Ok(())
     }

@@ -12,6 +12,13 @@ use crate::journal::Handle;
 
 const ORPHAN_CREDITS: u32 = 8;
 
+/// The orphan after `ino` in the chain (older; 0 at its end), if `ino` is
+/// on it: what its `i_dtime` must say on disk.
+pub(crate) fn next_in(list: &[InodeNo], ino: InodeNo) -> Option<u32> {
+    let pos = list.iter().position(|&i| i == ino)?;
+    Some(if pos == 0 { 0 } else { list[pos - 1].0 })
+}
+
 impl Filesystem {
     /// Puts `ino` (whose lock the caller holds) at the head of the chain.
     pub(crate) fn orphan_add(
@@ -32,46 +39,61 @@ impl Filesystem {
         self.write_superblock(h)
     }
 
-    /// The next (older) orphan after `ino` in the chain, if `ino` is on it:
-    /// what its `i_dtime` must say on disk.
-    pub(crate) fn orphan_next(&self, ino: InodeNo) -> Option<u32> {
-        let list = self.orphans.lock();
-        let pos = list.iter().position(|&i| i == ino)?;
-        Some(if pos == 0 { 0 } else { list[pos - 1].0 })
-    }
-
-    /// Takes `ino` out of the chain. The orphan that pointed at it gets its
-    /// on-disk `i_dtime` patched in place, without taking its lock (no
-    /// inode lock may be taken inside a handle); `write_inode` keeps the
-    /// chain right for orphans whatever their in-memory copy says.
+    /// Takes `ino` out of the chain. The orphan that pointed at it (the
+    /// next newer one) gets its on-disk `i_dtime` patched in place, without
+    /// taking its inode lock (no inode lock may be taken inside a handle).
+    /// The patch is made with the list locked, as `write_inode` writes an
+    /// orphan's slot, so the two never undo each other's link: the buffer
+    /// joins the handle first, and the pointer is looked up again under the
+    /// lock in case the chain changed meanwhile.
     fn orphan_del(&self, h: &mut Handle<'_>, ino: InodeNo) -> Result<()> {
-        let (pointer, next) = {
+        loop {
+            let pointer = {
+                let list = self.orphans.lock();
+                let Some(pos) = list.iter().position(|&i| i == ino) else {
+                    return Ok(());
+                };
+                list.get(pos + 1).copied()
+            };
+            let Some(p) = pointer else {
+                return self.orphan_del_newest(h, ino);
+            };
+            let (block, off) = self.inode_location(p)?;
+            let buf = self.cache.get(block)?;
+            h.get_write_access(&buf)?;
             let mut list = self.orphans.lock();
             let Some(pos) = list.iter().position(|&i| i == ino) else {
                 return Ok(());
             };
-            let next = if pos == 0 { 0 } else { list[pos - 1].0 };
-            let pointer = list.get(pos + 1).copied();
-            list.remove(pos);
-            if pointer.is_none() {
-                self.sb.lock().s_last_orphan = next;
+            if list.get(pos + 1) != Some(&p) {
+                continue;
             }
-            (pointer, next)
-        };
-        match pointer {
-            None => self.write_superblock(h),
-            Some(p) => self.patch_dtime(h, p, next),
+            let next = next_in(&list, ino).unwrap_or(0);
+            list.remove(pos);
+            buf.write()[off + 0x14..off + 0x18].copy_from_slice(&next.to_le_bytes());
+            drop(list);
+            h.dirty_metadata(&buf)?;
+            return Ok(());
         }
     }
 
-    /// Rewrites only the `i_dtime` field of `ino`'s on-disk slot.
-    fn patch_dtime(&self, h: &mut Handle<'_>, ino: InodeNo, dtime: u32) -> Result<()> {
-        let (block, off) = self.inode_location(ino)?;
-        let buf = self.cache.get(block)?;
-        h.get_write_access(&buf)?;
-        buf.write()[off + 0x14..off + 0x18].copy_from_slice(&dtime.to_le_bytes());
-        h.dirty_metadata(&buf)?;
-        Ok(())
+    /// Takes `ino` out of the chain if it is still its newest orphan, which
+    /// the superblock points at; otherwise goes back to [`orphan_del`].
+    fn orphan_del_newest(&self, h: &mut Handle<'_>, ino: InodeNo) -> Result<()> {
+        {
+            let mut list = self.orphans.lock();
+            let Some(pos) = list.iter().position(|&i| i == ino) else {
+                return Ok(());
+            };
+            if pos + 1 != list.len() {
+                drop(list);
+                return self.orphan_del(h, ino);
+            }
+            let next = next_in(&list, ino).unwrap_or(0);
+            list.remove(pos);
+            self.sb.lock().s_last_orphan = next;
+        }
+        self.write_superblock(h)
     }
 
     /// Frees an inode with no links once nothing holds it open and the
