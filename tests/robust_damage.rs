@@ -361,3 +361,40 @@ fn damaged_images_through_the_daemon() {
     }
     eprintln!("through the daemon: {refused} refused, {served} served");
 }
+
+/// Sets `s_last_orphan` of the image.
+fn with_last_orphan(img: &[u8], ino: u32) -> Vec<u8> {
+    let mut img = img.to_vec();
+    let at = SUPERBLOCK_OFFSET as usize;
+    let mut sb = Superblock::parse(&img[at..at + SUPERBLOCK_SIZE]).unwrap();
+    sb.s_last_orphan = ino;
+    img[at..at + SUPERBLOCK_SIZE].copy_from_slice(&sb.to_bytes());
+    img
+}
+
+/// A damaged orphan chain at mount: reserved inodes (the root, the
+/// journal) named as orphans are refused, as ext3_orphan_get does, and a
+/// chain through live inodes is cut where it loops; the tree and the
+/// journal survive, and e2fsck -fy repairs the rest to clean.
+#[test]
+fn a_damaged_orphan_chain_frees_no_reserved_or_live_inode() {
+    let base = jbdfs_base();
+    for ino in [1, 2, 7, 8, 11, 12, 13, u32::MAX] {
+        let img = with_last_orphan(&base, ino);
+        let tag = format!("s_last_orphan = {ino}");
+        match walk_with_timeout(img.clone(), &tag) {
+            Outcome::Served(r) => {
+                assert!(r.dirs >= 3, "{tag}: {r:?}");
+            }
+            Outcome::Refused(m) => panic!("{tag}: refused: {m}"),
+        }
+        let mem = Arc::new(jbdfs::device::MemoryDevice::from_vec(img));
+        let fs = mount_mem(&mem);
+        assert!(fs.lookup(ROOT, b"a").is_ok(), "{tag}");
+        fs.unmount().unwrap();
+        let file = to_file(&mem.snapshot(), "orphan");
+        let h = common::dumpe2fs_header(&file.path);
+        assert!(h.journal_bytes() > 0, "{tag}: the journal is gone");
+        assert_repairs_to_clean(&file.path, &tag);
+    }
+}
