@@ -142,8 +142,17 @@ fn an_ordered_write_whose_metadata_outgrows_the_journal() {
 /// file gives back exactly what it took.
 #[test]
 fn enospc_in_the_middle_of_a_write_leaks_nothing() {
+    enospc_mid_write(false);
+}
+
+#[test]
+fn enospc_in_the_middle_of_a_data_journal_write_leaks_nothing() {
+    enospc_mid_write(true);
+}
+
+fn enospc_mid_write(data_journal: bool) {
     let mem = image(8 << 20, 1024, None, None);
-    let fs = mount_mem(&mem);
+    let fs = mount_with(&mem, data_journal);
     let before = fs.statfs().unwrap();
     let big = pattern(before.free_blocks as usize * 1024 + (1 << 20), 3);
     let (f, _) = fs.mknod(ROOT, b"filler", 0o100644, 0, ME).unwrap();
@@ -166,7 +175,7 @@ fn enospc_in_the_middle_of_a_write_leaks_nothing() {
     fs.unmount().unwrap();
     drop(fs);
     assert_clean(&mem, "a filesystem filled by a short write");
-    let fs = mount_mem(&mem);
+    let fs = mount_with(&mem, data_journal);
     fs.unlink(ROOT, b"filler").unwrap();
     let after = fs.statfs().unwrap();
     assert_eq!(after.free_blocks, before.free_blocks, "blocks leaked");
