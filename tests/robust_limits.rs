@@ -213,3 +213,28 @@ fn inode_exhaustion_gives_enospc() {
     drop(fs);
     assert_clean(&mem, "a filesystem out of inodes");
 }
+
+/// data=journal: a file bigger than 250 MiB with 1 KiB blocks was logged
+/// block by block; deleting it frees more blocks than a 1024-block log has
+/// room for revoke records. Only blocks whose copies are still in the log
+/// need one, so the delete commits and the journal keeps working.
+#[test]
+fn a_data_journal_delete_bigger_than_the_journal() {
+    let mem = image(300 << 20, 1024, Some(1), None);
+    let fs = mount_with(&mem, true);
+    let (f, _) = fs.mknod(ROOT, b"huge", 0o100644, 0, ME).unwrap();
+    let chunk = pattern(1 << 20, 9);
+    for i in 0..260u64 {
+        fs.write(f, i << 20, &chunk, true).unwrap();
+    }
+    fs.fsync(f, false).unwrap();
+    fs.unlink(ROOT, b"huge").unwrap();
+    let g = make_file(&fs, ROOT, "after", b"the journal still works");
+    fs.fsync(g, false).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_clean(
+        &mem,
+        "a 260 MiB data=journal file deleted through a 1 MiB journal",
+    );
+}

@@ -274,19 +274,32 @@ impl Journal {
             return;
         }
         let mut st = self.state.lock();
+        let mut in_log = false;
         if st.running.members.remove(&block) {
+            in_log = true;
             if let Some(i) = st.running.buffers.iter().position(|b| b.block().0 == block) {
                 let b = st.running.buffers.swap_remove(i);
                 b.unpin();
             }
         }
         if let Some(c) = st.checkpoint.remove(&block) {
+            in_log = true;
             c.buf.unpin();
         }
         if st.committing.contains(&block) {
+            in_log = true;
             st.revoked_while_committing.insert(block);
         }
-        st.running.revokes.push(block);
+        // Every copy in the live log is in the checkpoint list (or the
+        // committing or running transaction) until checkpoint empties the
+        // log, so a block in none of them has nothing to cancel: no record,
+        // which keeps the revoke records of one transaction within what
+        // the log holds however much it frees.
+        if in_log {
+            st.running.revokes.push(block);
+        } else {
+            st.running.unlogged_frees.push(block);
+        }
         drop(st);
         self.pending_free.lock().insert(block);
     }
