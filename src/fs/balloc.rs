@@ -146,27 +146,6 @@ impl Filesystem {
 
     /// Frees `count` blocks from `start`, which may span groups.
     pub(crate) fn free_blocks(&self, h: &mut Handle<'_>, start: BlockNo, count: u32) -> Result<()> {
-        self.free_blocks_as(h, start, count, true)
-    }
-
-    /// Frees file data blocks that were never logged (data=ordered): no
-    /// revoke records (see Journal::free_unlogged).
-    pub(crate) fn free_unlogged_blocks(
-        &self,
-        h: &mut Handle<'_>,
-        start: BlockNo,
-        count: u32,
-    ) -> Result<()> {
-        self.free_blocks_as(h, start, count, false)
-    }
-
-    fn free_blocks_as(
-        &self,
-        h: &mut Handle<'_>,
-        start: BlockNo,
-        count: u32,
-        logged: bool,
-    ) -> Result<()> {
         let mut b = start.0;
         let end = start.0.saturating_add(count);
         while b < end {
@@ -180,20 +159,13 @@ impl Filesystem {
                 (g, off, sb.blocks_in_group(g))
             };
             let n = (end - b).min(group_len - off);
-            self.free_in_group(h, g, off, n, logged)?;
+            self.free_in_group(h, g, off, n)?;
             b += n;
         }
         Ok(())
     }
 
-    fn free_in_group(
-        &self,
-        h: &mut Handle<'_>,
-        g: GroupNo,
-        off: u32,
-        n: u32,
-        logged: bool,
-    ) -> Result<()> {
+    fn free_in_group(&self, h: &mut Handle<'_>, g: GroupNo, off: u32, n: u32) -> Result<()> {
         let _lock = self.group_locks[g.0 as usize].lock();
         let desc = self.group_desc(g)?;
         let first = self.sb.lock().group_first_block(g).0;
@@ -219,11 +191,7 @@ impl Filesystem {
         for i in off..off + n {
             // Neither a logged copy nor a stale cached copy of a freed
             // block may ever be written over its next owner.
-            if logged {
-                self.journal.revoke(first + i);
-            } else {
-                self.journal.free_unlogged(first + i);
-            }
+            self.journal.revoke(first + i);
             self.cache.forget(BlockNo(first + i));
         }
         self.update_group_desc(h, g, |d| {

@@ -8,36 +8,19 @@ use crate::format::{BlockNo, InodeNo};
 use crate::journal::Handle;
 
 /// Blocks to free, gathered into runs so each run is one bitmap update.
-/// Data blocks of a regular file in data=ordered never went through the
-/// log and are kept apart: they need no revoke records.
 #[derive(Default)]
 struct FreeList {
     runs: Vec<(u32, u32)>,
-    unlogged_runs: Vec<(u32, u32)>,
     total: u64,
-    /// Whether the leaf (data) blocks being freed were never logged.
-    data_unlogged: bool,
 }
 
 impl FreeList {
     fn push(&mut self, b: u32) {
         self.total += 1;
-        push_run(&mut self.runs, b);
-    }
-
-    fn push_data(&mut self, b: u32) {
-        if !self.data_unlogged {
-            return self.push(b);
+        match self.runs.last_mut() {
+            Some((s, n)) if *s + *n == b => *n += 1,
+            _ => self.runs.push((b, 1)),
         }
-        self.total += 1;
-        push_run(&mut self.unlogged_runs, b);
-    }
-}
-
-fn push_run(runs: &mut Vec<(u32, u32)>, b: u32) {
-    match runs.last_mut() {
-        Some((s, n)) if *s + *n == b => *n += 1,
-        _ => runs.push((b, 1)),
     }
 }
 
@@ -51,13 +34,10 @@ impl Filesystem {
         st: &mut InodeState,
         start: u64,
     ) -> Result<()> {
-        let mut list = FreeList {
-            data_unlogged: st.disk.is_reg() && !self.data_journal,
-            ..Default::default()
-        };
+        let mut list = FreeList::default();
         for i in 0..EXT3_NDIR_BLOCKS {
             if i as u64 >= start && st.disk.i_block[i] != 0 {
-                list.push_data(st.disk.i_block[i]);
+                list.push(st.disk.i_block[i]);
                 st.disk.i_block[i] = 0;
             }
         }
@@ -76,9 +56,6 @@ impl Filesystem {
         }
         for &(s, n) in &list.runs {
             self.free_blocks(h, BlockNo(s), n)?;
-        }
-        for &(s, n) in &list.unlogged_runs {
-            self.free_unlogged_blocks(h, BlockNo(s), n)?;
         }
         let sectors = (self.block_size / 512) as u64;
         st.disk.i_blocks = st.disk.i_blocks.saturating_sub(list.total * sectors);
@@ -118,7 +95,7 @@ impl Filesystem {
                 continue;
             }
             let gone = if depth == 1 {
-                list.push_data(ptr);
+                list.push(ptr);
                 true
             } else {
                 self.free_tree(

@@ -40,8 +40,8 @@ pub(super) struct Transaction {
     /// Blocks freed in this transaction: revoked in the log, and not
     /// reallocated until it commits.
     pub revokes: Vec<u32>,
-    /// Blocks freed in this transaction that were never logged (ordered
-    /// file data): no revoke record, but not reallocated until it commits.
+    /// Blocks freed in this transaction with no copy in the log: no revoke
+    /// record, but not reallocated until it commits either.
     pub unlogged_frees: Vec<u32>,
     pub updates: u32,
     pub handles: u32,
@@ -301,20 +301,6 @@ impl Journal {
             st.running.unlogged_frees.push(block);
         }
         drop(st);
-        self.pending_free.lock().insert(block);
-    }
-
-    /// Records that `block`, which was never logged (file data in
-    /// data=ordered), was freed: as ext3, it needs no revoke record — there
-    /// is no logged copy to cancel, and a thousand-block file would
-    /// otherwise need more revoke blocks than a small log holds — but it is
-    /// not allocated again until this transaction commits, so a crash
-    /// cannot leave its old owner pointing at a new owner's data.
-    pub fn free_unlogged(&self, block: u32) {
-        if !self.logging() {
-            return;
-        }
-        self.state.lock().running.unlogged_frees.push(block);
         self.pending_free.lock().insert(block);
     }
 
