@@ -28,6 +28,9 @@ set -euo pipefail
 # shellcheck source=scripts/lib-mount.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib-mount.sh"
 
+case "${1:-}" in
+    -h | --help) sed -n '2,25s/^# \{0,1\}//p' "$0"; exit 0 ;;
+esac
 seconds="${1:-60}"
 [ $# -gt 0 ] && shift
 case "$seconds" in
