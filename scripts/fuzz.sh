@@ -10,8 +10,9 @@
 # through libfuzzer-sys, which needs no nightly feature once no sanitizer is
 # asked for: targets are built with `cargo fuzz build --sanitizer none`
 # (SanitizerCoverage instrumentation and libFuzzer itself still work; only
-# ASan is gone, which safe Rust does not need). RUSTC_BOOTSTRAP=1 is set so
-# that any -Z flag cargo-fuzz adds is accepted by the stable compiler.
+# ASan is gone, which safe Rust does not need). cargo-fuzz 0.13 then passes
+# only stable flags (-Cpasses=sancov-module, -Cllvm-args=...); it adds -Z
+# flags only for sanitizers, build-std and --careful, none of which is used.
 # cargo-fuzz is installed into $JBDFS_TOOLS_DIR (default ~/.cache/jbdfs-tools)
 # with `cargo install` if missing; libFuzzer needs a C++ compiler (deps.sh).
 #
@@ -28,6 +29,9 @@ set -euo pipefail
 # shellcheck source=scripts/lib-mount.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib-mount.sh"
 
+case "${1:-}" in
+    -h | --help) sed -n '2,25s/^# \{0,1\}//p' "$0"; exit 0 ;;
+esac
 seconds="${1:-60}"
 [ $# -gt 0 ] && shift
 case "$seconds" in
@@ -39,7 +43,6 @@ targets=("$@")
 cargo_fuzz="$(tool_install cargo-fuzz '^0.13')"
 PATH="$(dirname "$cargo_fuzz"):$PATH"
 export PATH
-export RUSTC_BOOTSTRAP=1
 fuzz_dir="$JBDFS_ROOT/fuzz"
 target_dir="${JBDFS_FUZZ_TARGET_DIR:-$fuzz_dir/target}"
 cd "$fuzz_dir"

@@ -1,7 +1,8 @@
 //! Damaged images at mount: images made by jbdfs's mkfs and by mke2fs,
 //! populated, then damaged at random (seeded) in group 0's metadata —
 //! superblock fields, the group descriptor, the bitmaps, the inode table —
-//! and in directory blocks. Each must be refused with a message, or mount
+//! and in directory blocks (also files' indirect blocks and the journal
+//! superblock). Each must be refused with a message, or mount
 //! and survive a full walk with writes (every request an error value or a
 //! success), never a panic or a hang. Most run in-process over a memory
 //! device; a few go through the real daemon with a timeout.
@@ -117,6 +118,9 @@ struct Targets {
     /// The used part of the inode table.
     inode_table: std::ops::Range<usize>,
     dir_blocks: Vec<std::ops::Range<usize>>,
+    /// Files' indirect blocks, and the journal's superblock.
+    indirect_blocks: Vec<std::ops::Range<usize>>,
+    journal_superblock: std::ops::Range<usize>,
 }
 
 fn targets(img: &[u8]) -> Targets {
@@ -130,9 +134,18 @@ fn targets(img: &[u8]) -> Targets {
     let it = gd.bg_inode_table as usize * bs;
     let used = 64usize.min(sb.s_inodes_per_group as usize);
     let mut dir_blocks = Vec::new();
+    let mut indirect_blocks = Vec::new();
+    let mut journal_superblock = block(0);
     for i in 0..used {
         let raw = &img[it + i * isz..it + (i + 1) * isz];
         if let Ok(ino) = Inode::parse(raw) {
+            if i + 1 == 8 {
+                journal_superblock = block(ino.i_block[0]);
+            } else if ino.is_reg() {
+                for &b in ino.i_block[12..].iter().filter(|&&b| b != 0) {
+                    indirect_blocks.push(block(b));
+                }
+            }
             if ino.is_dir() && ino.i_links_count > 0 {
                 for &b in ino.i_block[..12].iter().filter(|&&b| b != 0) {
                     if (b as usize + 1) * bs <= img.len() {
@@ -149,6 +162,8 @@ fn targets(img: &[u8]) -> Targets {
         inode_bitmap: block(gd.bg_inode_bitmap),
         inode_table: it..it + used * isz,
         dir_blocks,
+        indirect_blocks,
+        journal_superblock,
     }
 }
 
@@ -156,12 +171,17 @@ fn targets(img: &[u8]) -> Targets {
 fn damage(img: &mut [u8], t: &Targets, rng: &mut Rng) -> String {
     let mut what = Vec::new();
     for _ in 0..1 + rng.below(4) {
-        let (name, range) = match rng.below(6) {
+        let (name, range) = match rng.below(8) {
             0 => ("superblock", t.superblock.clone()),
             1 => ("group descriptor", t.group_desc.clone()),
             2 => ("block bitmap", t.block_bitmap.clone()),
             3 => ("inode bitmap", t.inode_bitmap.clone()),
             4 => ("inode table", t.inode_table.clone()),
+            5 if !t.indirect_blocks.is_empty() => {
+                let i = rng.below(t.indirect_blocks.len() as u64) as usize;
+                ("indirect block", t.indirect_blocks[i].clone())
+            }
+            6 => ("journal superblock", t.journal_superblock.clone()),
             _ if !t.dir_blocks.is_empty() => {
                 let i = rng.below(t.dir_blocks.len() as u64) as usize;
                 ("directory block", t.dir_blocks[i].clone())
@@ -360,4 +380,41 @@ fn damaged_images_through_the_daemon() {
         }
     }
     eprintln!("through the daemon: {refused} refused, {served} served");
+}
+
+/// Sets `s_last_orphan` of the image.
+fn with_last_orphan(img: &[u8], ino: u32) -> Vec<u8> {
+    let mut img = img.to_vec();
+    let at = SUPERBLOCK_OFFSET as usize;
+    let mut sb = Superblock::parse(&img[at..at + SUPERBLOCK_SIZE]).unwrap();
+    sb.s_last_orphan = ino;
+    img[at..at + SUPERBLOCK_SIZE].copy_from_slice(&sb.to_bytes());
+    img
+}
+
+/// A damaged orphan chain at mount: reserved inodes (the root, the
+/// journal) named as orphans are refused, as ext3_orphan_get does, and a
+/// chain through live inodes is cut where it loops; the tree and the
+/// journal survive, and e2fsck -fy repairs the rest to clean.
+#[test]
+fn a_damaged_orphan_chain_frees_no_reserved_or_live_inode() {
+    let base = jbdfs_base();
+    for ino in [1, 2, 7, 8, 11, 12, 13, u32::MAX] {
+        let img = with_last_orphan(&base, ino);
+        let tag = format!("s_last_orphan = {ino}");
+        match walk_with_timeout(img.clone(), &tag) {
+            Outcome::Served(r) => {
+                assert!(r.dirs >= 3, "{tag}: {r:?}");
+            }
+            Outcome::Refused(m) => panic!("{tag}: refused: {m}"),
+        }
+        let mem = Arc::new(jbdfs::device::MemoryDevice::from_vec(img));
+        let fs = mount_mem(&mem);
+        assert!(fs.lookup(ROOT, b"a").is_ok(), "{tag}");
+        fs.unmount().unwrap();
+        let file = to_file(&mem.snapshot(), "orphan");
+        let h = common::dumpe2fs_header(&file.path);
+        assert!(h.journal_bytes() > 0, "{tag}: the journal is gone");
+        assert_repairs_to_clean(&file.path, &tag);
+    }
 }

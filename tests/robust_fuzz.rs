@@ -211,3 +211,18 @@ fn write_seed_corpus() {
         write_seed("format_parsers", &format!("journal-{i}"), block);
     }
 }
+
+/// The image seeds are real filesystems: each mounts and has files, so the
+/// fuzzer starts from images that get past the superblock checks.
+#[test]
+fn image_seeds_mount_and_hold_a_tree() {
+    for f in inputs("seeds", "mount_walk") {
+        let img = walk::sparse_image(&std::fs::read(&f).unwrap());
+        match walk::mount_and_walk(img, false) {
+            walk::Outcome::Served(r) => {
+                assert!(r.dirs >= 2 && r.errors == 0, "{}: {r:?}", f.display());
+            }
+            walk::Outcome::Refused(m) => panic!("{}: refused: {m}", f.display()),
+        }
+    }
+}

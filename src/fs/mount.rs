@@ -450,11 +450,13 @@ impl Filesystem {
 
     /// Writes everything home and flushes the device.
     pub fn sync(&self) -> Result<()> {
+        // A data write that failed is reported even once the error has
+        // made the filesystem read-only: the caller's data is lost.
+        self.data.drain();
+        if let Some(e) = self.data.take_error() {
+            return Err(e.into());
+        }
         if !self.is_read_only() {
-            self.data.drain();
-            if let Some(e) = self.data.take_error() {
-                return Err(e.into());
-            }
             let mut h = self.journal.start(1)?;
             self.write_superblock(&mut h)?;
             h.stop()?;

@@ -193,11 +193,16 @@ impl Filesystem {
 
     /// Frees what a crash left on the orphan chain, at mount.
     pub(crate) fn orphan_cleanup(&self) -> Result<usize> {
-        let mut next = self.sb.lock().s_last_orphan;
-        let limit = self.sb.lock().s_inodes_count;
+        let (mut next, limit, first_ino) = {
+            let sb = self.sb.lock();
+            (sb.s_last_orphan, sb.s_inodes_count, sb.first_ino())
+        };
         let mut chain = Vec::new();
+        let mut seen = std::collections::HashSet::new();
         while next != 0 && chain.len() < limit as usize {
-            if next > limit || chain.contains(&InodeNo(next)) {
+            // As ext3_orphan_get: reserved inodes (the root, the journal)
+            // are never orphans, and a chain must not loop.
+            if next > limit || next < first_ino || !seen.insert(next) {
                 tracing::error!(inode = next, "orphan chain is corrupt; stopping cleanup");
                 break;
             }
