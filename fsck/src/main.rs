@@ -86,29 +86,45 @@ fn run(args: &Args) -> u8 {
     let opts = FsckOptions {
         mode,
         force: args.force,
+        echo: mode != Mode::Preen || args.verbose,
+        progress_fd: args.progress_fd,
+        name: name.clone(),
     };
     match fsck::check(&dev, &opts) {
         Ok(report) => {
-            for p in &report.problems {
-                println!("{p}");
-            }
             if report.skipped_clean {
                 println!(
                     "{name}: clean, {}",
                     report.summary("").trim_start_matches(": ")
                 );
-            } else {
-                println!("{}", report.summary(&name));
+                return report.exit_code();
             }
+            if report.bytes_written > 0 {
+                println!("\n{name}: ***** FILE SYSTEM WAS MODIFIED *****");
+            }
+            if report.unfixed > 0 {
+                println!("\n{name}: ********** WARNING: Filesystem still has errors **********\n");
+            }
+            println!("{}", report.summary(&name));
             report.exit_code()
         }
         Err(FsckError::Unsupported(f)) => {
             eprintln!("fsck.jbdfs: {name} has unsupported feature(s): {f}");
+            eprintln!("fsck.jbdfs: Get a newer version of e2fsck to check it; fsck.jbdfs checks ext3 only.");
+            exit::ERROR
+        }
+        Err(FsckError::Abort(msg)) => {
+            println!("{msg}");
+            println!("Abort? yes\n");
+            exit::ERROR
+        }
+        Err(FsckError::Io(e)) => {
+            eprintln!("fsck.jbdfs: {e} while checking {name}");
             exit::ERROR
         }
         Err(e) => {
             eprintln!("fsck.jbdfs: {e}");
-            eprintln!("fsck.jbdfs: {name} does not hold a valid ext3 filesystem");
+            eprintln!("fsck.jbdfs: {name} does not hold a valid ext3 filesystem (the superblock could not be read or is invalid)");
             exit::ERROR
         }
     }

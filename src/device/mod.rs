@@ -7,12 +7,14 @@
 
 pub mod file;
 pub mod memory;
+pub mod overlay;
 pub mod record;
 
 use std::io::{self, IoSlice};
 
 pub use file::{FileDevice, OpenOptions};
 pub use memory::MemoryDevice;
+pub use overlay::OverlayDevice;
 pub use record::{Event, RecordingDevice};
 
 /// Storage addressed by byte offset.

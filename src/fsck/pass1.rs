@@ -1,0 +1,372 @@
+//! Pass 1 (e2fsck's pass1.c): scan every inode from the in-memory tables;
+//! decide which are in use; walk their block maps, clearing illegal
+//! pointers and noting blocks claimed twice; check extended attribute
+//! blocks, symlinks and device inodes; fix i_size and i_blocks; list the
+//! directory blocks for pass 2.
+
+use std::io;
+
+use crate::format::dirent::looks_like_dx_root;
+use crate::format::inode::{self as fi, flags, ino as rsv, Inode};
+use crate::format::superblock::feature;
+
+use super::context::{Ctx, DirBlock};
+use super::walk::{walk, Act, Claim};
+
+/// Whether `i_block` holds block pointers (not a fast symlink, a device
+/// number or nothing at all).
+pub fn has_block_map(inode: &Inode, bs: u32) -> bool {
+    (inode.is_dir() || inode.is_reg() || inode.is_symlink()) && !inode.is_fast_symlink(bs)
+}
+
+pub fn run(ctx: &mut Ctx) -> io::Result<()> {
+    ctx.problems.say("Pass 1: Checking inodes, blocks, and sizes");
+    let total = ctx.sb.s_inodes_count;
+    for ino in 1..=total {
+        if ino % ctx.ipg() == 0 {
+            ctx.progress(1, u64::from(ino), u64::from(total));
+        }
+        check_inode(ctx, ino)?;
+    }
+    check_ea_refcounts(ctx)?;
+    Ok(())
+}
+
+fn check_inode(ctx: &mut Ctx, ino: u32) -> io::Result<()> {
+    let links = ctx.raw_links(ino);
+    let mode = ctx.raw_mode(ino);
+    let dtime = ctx.raw_dtime(ino);
+    let first = ctx.sb.first_ino();
+    ctx.info[ino as usize].mode = mode;
+    ctx.info[ino as usize].links = links;
+    if ino == rsv::EXT2_ROOT_INO && links != 0 && mode & fi::S_IFMT != fi::S_IFDIR {
+        if ctx.problems.ask("Root inode is not a directory.  ", "Clear") {
+            ctx.clear_inode(ino)?;
+        }
+        return Ok(());
+    }
+    if ino < first && ino != rsv::EXT2_ROOT_INO {
+        return check_reserved(ctx, ino, mode);
+    }
+    if links == 0 {
+        if ino >= first && mode != 0 && dtime == 0 {
+            let msg = format!("Deleted inode {ino} has zero dtime.  ");
+            if ctx.problems.ask(&msg, "Fix") {
+                let mut inode = ctx.inode(ino);
+                inode.i_dtime = ctx.now;
+                ctx.write_inode(ino, &inode);
+            }
+        }
+        return Ok(());
+    }
+    let mut inode = ctx.inode(ino);
+    let mut dirty = fix_extra_isize(ctx, ino, &mut inode);
+    if dtime != 0 {
+        let msg = if dtime < ctx.sb.s_inodes_count {
+            format!("Inode {ino} was part of the orphaned inode list.  ")
+        } else {
+            format!("Inode {ino} is in use, but has dtime set.  ")
+        };
+        if ctx.problems.ask(&msg, "Fix") {
+            inode.i_dtime = 0;
+            dirty = true;
+        }
+    }
+    ctx.info[ino as usize].used = true;
+    if let Some(why) = bad_inode(ctx, &inode) {
+        let msg = format!("Inode {ino} ({why}) is invalid.\n");
+        if ctx.problems.ask(&msg, "Clear") {
+            ctx.info[ino as usize].used = false;
+            inode.i_links_count = 0;
+            inode.i_dtime = ctx.now;
+            ctx.write_inode(ino, &inode);
+            return Ok(());
+        }
+    }
+    dirty |= check_htree_flag(ctx, ino, &mut inode)?;
+    dirty |= check_blocks(ctx, ino, &mut inode)?;
+    if dirty {
+        ctx.write_inode(ino, &inode);
+    }
+    Ok(())
+}
+
+/// Reserved inodes below s_first_ino: in use whatever their link count.
+fn check_reserved(ctx: &mut Ctx, ino: u32, mode: u16) -> io::Result<()> {
+    ctx.info[ino as usize].used = true;
+    let mut inode = ctx.inode(ino);
+    let bad_mode = match ino {
+        rsv::EXT2_BOOT_LOADER_INO => inode.is_dir(),
+        rsv::EXT2_RESIZE_INO => mode != 0 && !inode.is_reg(),
+        rsv::EXT2_JOURNAL_INO if ctx.sb.has_compat(feature::COMPAT_HAS_JOURNAL) => false,
+        rsv::EXT2_BAD_INO => false,
+        _ => mode != 0,
+    };
+    let mut dirty = false;
+    if bad_mode {
+        let msg = format!("Reserved inode {ino} (<reserved inode {ino}>) has invalid mode.  ");
+        if ctx.problems.ask(&msg, "Clear") {
+            inode.i_mode = 0;
+            dirty = true;
+        }
+    }
+    if ino == rsv::EXT2_BAD_INO || inode.i_mode != 0 || inode.i_block.iter().any(|&b| b != 0) {
+        dirty |= check_blocks(ctx, ino, &mut inode)?;
+    }
+    if dirty {
+        ctx.write_inode(ino, &inode);
+    }
+    Ok(())
+}
+
+fn fix_extra_isize(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
+    let raw_extra = crate::format::bytes::le16(ctx.raw_inode(ino), 0x80);
+    if ctx.isz <= 128 || raw_extra == inode.i_extra_isize {
+        return false;
+    }
+    let msg = format!("Inode {ino} has a extra size ({raw_extra}) which is invalid\n");
+    if ctx.problems.ask(&msg, "Fix") {
+        inode.i_extra_isize = 32.min(ctx.isz as u16 - 128);
+        return true;
+    }
+    false
+}
+
+/// Why e2fsck would call this in-use inode bad (`mark_inode_bad`), for the
+/// cases it then clears.
+fn bad_inode(ctx: &Ctx, inode: &Inode) -> Option<&'static str> {
+    let bs = ctx.bs;
+    match inode.file_type() {
+        fi::S_IFDIR | fi::S_IFREG => None,
+        fi::S_IFLNK => (!symlink_ok(ctx, inode)).then_some("invalid symlink"),
+        fi::S_IFCHR | fi::S_IFBLK | fi::S_IFIFO | fi::S_IFSOCK => {
+            let bad_flags = inode.i_flags & (flags::EXT2_INDEX_FL | flags::EXT4_EXTENTS_FL) != 0;
+            let bad_blocks = inode.i_block[4..].iter().any(|&b| b != 0);
+            (bad_flags || bad_blocks).then_some("invalid special file")
+        }
+        _ => {
+            let _ = bs;
+            Some("invalid mode")
+        }
+    }
+}
+
+/// e2fsck's `check_symlink`.
+fn symlink_ok(ctx: &Ctx, inode: &Inode) -> bool {
+    if inode.i_flags & (flags::EXT2_INDEX_FL | flags::EXT4_EXTENTS_FL) != 0 {
+        return false;
+    }
+    let size = inode.i_size;
+    if inode.is_fast_symlink(ctx.bs) {
+        let bytes = inode.i_block_bytes();
+        let len = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        return size < bytes.len() as u64 && len as u64 == size;
+    }
+    if size >= u64::from(ctx.bs) || inode.i_block[1..].iter().any(|&b| b != 0) {
+        return false;
+    }
+    let blk = inode.i_block[0];
+    if !ctx.block_ok(blk) {
+        return false;
+    }
+    match ctx.read_block(blk) {
+        Ok(buf) => buf.iter().position(|&b| b == 0).unwrap_or(buf.len()) as u64 == size,
+        Err(_) => false,
+    }
+}
+
+/// INDEX_FL on a directory needs dir_index and a root block that parses.
+fn check_htree_flag(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> {
+    if inode.i_flags & flags::EXT2_INDEX_FL == 0 || !inode.is_dir() {
+        return Ok(false);
+    }
+    let msg = if !ctx.sb.has_compat(feature::COMPAT_DIR_INDEX) {
+        format!("Inode {ino} has INDEX_FL flag set on filesystem without htree support.\n")
+    } else {
+        let b = inode.i_block[0];
+        let root_ok = ctx.block_ok(b)
+            && ctx.read_block(b).is_ok_and(|blk| {
+                looks_like_dx_root(&blk) && crate::format::dirent::parse_dx_root(&blk).is_ok()
+            });
+        if root_ok {
+            return Ok(false);
+        }
+        format!("Inode {ino} has an invalid root node.\n")
+    };
+    if ctx.problems.ask(&msg, "Clear HTree index") {
+        inode.i_flags &= !flags::EXT2_INDEX_FL;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// What walking one inode's blocks found.
+#[derive(Default)]
+struct Tally {
+    blocks: u64,
+    last: Option<u64>,
+    illegal: u32,
+}
+
+/// e2fsck's `check_blocks`: claims the inode's blocks and fixes the
+/// pointers, i_size and i_blocks.
+fn check_blocks(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> {
+    let mut dirty = check_ea_block(ctx, ino, inode)?;
+    let mut t = Tally::default();
+    if inode.i_file_acl != 0 {
+        t.blocks += 1;
+    }
+    let is_dir = inode.is_dir();
+    if has_block_map(inode, ctx.bs) {
+        let resize = ino == rsv::EXT2_RESIZE_INO;
+        let mut dir_blocks = Vec::new();
+        let changed = walk(ctx, &mut inode.i_block, false, &mut |ctx, blk, claim| {
+            let list = if is_dir { Some(&mut dir_blocks) } else { None };
+            claim_block(ctx, ino, blk, claim, resize, &mut t, list)
+        })?;
+        dirty |= changed;
+        if is_dir {
+            ctx.dir_blocks.extend(dir_blocks);
+        }
+    }
+    ctx.info[ino as usize].has_data = t.last.is_some() || inode.i_size != 0;
+    if is_dir && t.last.is_none() && ino >= ctx.sb.first_ino() {
+        let msg = format!("Inode {ino} is a zero-length directory.  ");
+        if ctx.problems.ask(&msg, "Clear") {
+            ctx.info[ino as usize].used = false;
+            inode.i_links_count = 0;
+            inode.i_dtime = ctx.now;
+            return Ok(true);
+        }
+    }
+    dirty |= check_size(ctx, ino, inode, &t);
+    let sectors = t.blocks * u64::from(ctx.bs / 512);
+    if inode.i_blocks != sectors {
+        let msg = format!(
+            "Inode {ino}, i_blocks is {}, should be {sectors}.  ",
+            inode.i_blocks
+        );
+        if ctx.problems.ask(&msg, "Fix") {
+            inode.i_blocks = sectors;
+            dirty = true;
+        }
+    }
+    Ok(dirty)
+}
+
+fn claim_block(
+    ctx: &mut Ctx,
+    ino: u32,
+    blk: u32,
+    claim: Claim,
+    resize: bool,
+    t: &mut Tally,
+    dir_blocks: Option<&mut Vec<DirBlock>>,
+) -> Act {
+    if !ctx.block_ok(blk) {
+        t.illegal += 1;
+        let which = match claim {
+            Claim::Data(l) => format!("#{l}"),
+            Claim::Ind(1) => "#IND".to_string(),
+            Claim::Ind(2) => "#DIND".to_string(),
+            Claim::Ind(_) => "#TIND".to_string(),
+        };
+        let msg = format!("Illegal block {which} ({blk}) in inode {ino}.  ");
+        if ctx.problems.ask(&msg, "CLEARED") {
+            return Act::Clear;
+        }
+        return Act::Keep;
+    }
+    t.blocks += 1;
+    if let Claim::Data(l) = claim {
+        t.last = Some(t.last.map_or(l, |x| x.max(l)));
+        if let (Some(list), Ok(lblk)) = (dir_blocks, u32::try_from(l)) {
+            list.push(DirBlock { blk, ino, lblk });
+        }
+    }
+    // The resize inode's other blocks are the reserved GDT blocks, already
+    // claimed as metadata; only its double-indirect block is its own.
+    if !resize || claim == Claim::Ind(2) {
+        mark_used(ctx, blk);
+    }
+    Act::Keep
+}
+
+pub fn mark_used(ctx: &mut Ctx, blk: u32) {
+    if ctx.found.set(u64::from(blk)) {
+        ctx.dups.insert(blk);
+    }
+}
+
+/// e2fsck's i_size rules for directories and other files.
+fn check_size(ctx: &mut Ctx, ino: u32, inode: &mut Inode, t: &Tally) -> bool {
+    if inode.is_symlink() || !has_block_map(inode, ctx.bs) && inode.i_size == 0 {
+        return false;
+    }
+    let bs = u64::from(ctx.bs);
+    let blocks_end = t.last.map_or(0, |l| (l + 1) * bs);
+    let size = inode.i_size;
+    let bad = if inode.is_dir() {
+        size % bs != 0 || size / bs > t.last.map_or(0, |l| l + 1) || size < blocks_end
+    } else {
+        let max = crate::format::indirect::ext3_max_size(ctx.bs).unwrap_or(u64::MAX);
+        t.last.is_some_and(|l| size < l * bs) || size > max
+    };
+    if !bad || ino == rsv::EXT2_RESIZE_INO || ino == rsv::EXT2_JOURNAL_INO && size >= blocks_end {
+        return false;
+    }
+    let msg = format!("Inode {ino}, i_size is {size}, should be {blocks_end}.  ");
+    if ctx.problems.ask(&msg, "Fix") {
+        inode.i_size = blocks_end;
+        return true;
+    }
+    false
+}
+
+/// Checks `i_file_acl`: in range, a valid block, counted once per inode.
+fn check_ea_block(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> {
+    let b = inode.i_file_acl;
+    if b == 0 {
+        return Ok(false);
+    }
+    if let Some(r) = ctx.ea_refs.get_mut(&b) {
+        *r += 1;
+        return Ok(false);
+    }
+    let valid = ctx.sb.has_compat(feature::COMPAT_EXT_ATTR)
+        && ctx.block_ok(b)
+        && ctx
+            .read_block(b)
+            .is_ok_and(|blk| crate::format::xattr::parse_block(&blk).is_ok());
+    if !valid {
+        let msg = format!("i_file_acl for inode {ino} is {b}, should be zero.\n");
+        if ctx.problems.ask(&msg, "Clear") {
+            inode.i_file_acl = 0;
+            return Ok(true);
+        }
+        return Ok(false);
+    }
+    ctx.ea_refs.insert(b, 1);
+    mark_used(ctx, b);
+    Ok(false)
+}
+
+/// Each extended attribute block's h_refcount must match its users.
+fn check_ea_refcounts(ctx: &mut Ctx) -> io::Result<()> {
+    let mut refs: Vec<(u32, u32)> = ctx.ea_refs.iter().map(|(&b, &n)| (b, n)).collect();
+    refs.sort_unstable();
+    for (b, n) in refs {
+        let mut blk = ctx.read_block(b)?;
+        let have = crate::format::bytes::le32(&blk, 4);
+        if have == n {
+            continue;
+        }
+        let msg =
+            format!("Extended attribute block {b} has reference count {have}, should be {n}.  ");
+        if ctx.problems.ask(&msg, "Fix") {
+            crate::format::bytes::put_le32(&mut blk, 4, n);
+            ctx.write_block(b, &blk)?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,91 @@
+//! Problem reporting, as e2fsck's `fix_problem`: print the message, answer
+//! the question by the mode (-n no, -y yes, -p yes quietly), and count what
+//! was fixed and what was left.
+
+use super::{FsckOptions, Mode};
+
+/// Whether answering "no" leaves the filesystem in error (e2fsck's
+/// `PR_NO_OK` marks the problems for which it does not).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Severity {
+    Error,
+    NoOk,
+}
+
+#[derive(Clone, Debug, Default)]
+pub struct Problems {
+    mode: Mode,
+    echo: bool,
+    /// Every problem message, in order.
+    pub messages: Vec<String>,
+    pub fixed: usize,
+    pub unfixed: usize,
+}
+
+impl Problems {
+    pub fn new(opts: &FsckOptions) -> Self {
+        Problems {
+            mode: opts.mode,
+            echo: opts.echo,
+            ..Default::default()
+        }
+    }
+
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Prints a line that is not a question.
+    pub fn say(&mut self, text: &str) {
+        if self.echo {
+            println!("{text}");
+        }
+    }
+
+    /// Reports a problem and returns whether to fix it. `msg` ends with the
+    /// separator e2fsck puts before the question ("  " or "\n").
+    pub fn ask(&mut self, msg: &str, question: &str) -> bool {
+        self.ask_with(msg, question, Severity::Error)
+    }
+
+    pub fn ask_with(&mut self, msg: &str, question: &str, sev: Severity) -> bool {
+        self.messages.push(msg.trim_end().to_string());
+        let yes = self.mode != Mode::No;
+        if self.echo {
+            match self.mode {
+                Mode::Preen => println!("{} FIXED.", msg.trim_end()),
+                _ => println!("{msg}{question}? {}\n", if yes { "yes" } else { "no" }),
+            }
+        }
+        if yes {
+            self.fixed += 1;
+        } else if sev == Severity::Error {
+            self.unfixed += 1;
+        }
+        yes
+    }
+
+    /// A problem with no question (fixed without asking, when allowed).
+    pub fn fixed_note(&mut self, msg: &str) -> bool {
+        self.messages.push(msg.to_string());
+        let yes = self.mode != Mode::No;
+        if self.echo {
+            println!("{msg}{}", if yes { "" } else { " IGNORED." });
+        }
+        if yes {
+            self.fixed += 1;
+        } else {
+            self.unfixed += 1;
+        }
+        yes
+    }
+
+    /// A problem that cannot be fixed.
+    pub fn unfixable(&mut self, msg: &str) {
+        self.messages.push(msg.to_string());
+        self.unfixed += 1;
+        if self.echo {
+            println!("{msg}");
+        }
+    }
+}
