@@ -33,8 +33,7 @@ pub fn find_superblock(
         }
         Err(e) => e,
     };
-    for bs in [1024u64, 2048, 4096] {
-        let block = bs * 8 + u64::from(bs == 1024);
+    for (bs, block) in backup_candidates(dev) {
         let mut buf = vec![0u8; SUPERBLOCK_SIZE];
         if dev.read_at(&mut buf, block * bs).is_err() {
             continue;
@@ -58,6 +57,30 @@ pub fn find_superblock(
         });
     }
     Err(err)
+}
+
+/// Where group 1's superblock may be: from the primary's own geometry if
+/// its fields are readable, else mke2fs's defaults for each block size.
+fn backup_candidates(dev: &dyn BlockDevice) -> Vec<(u64, u64)> {
+    let mut out = Vec::new();
+    let mut raw = vec![0u8; SUPERBLOCK_SIZE];
+    if dev.read_at(&mut raw, 1024).is_ok() {
+        let log = crate::format::bytes::le32(&raw, 24);
+        let bpg = u64::from(crate::format::bytes::le32(&raw, 32));
+        if log <= 2 && bpg > 0 {
+            let bs = 1024u64 << log;
+            if bpg <= 8 * bs {
+                out.push((bs, bpg + u64::from(bs == 1024)));
+            }
+        }
+    }
+    for bs in [1024u64, 2048, 4096] {
+        let c = (bs, bs * 8 + u64::from(bs == 1024));
+        if !out.contains(&c) {
+            out.push(c);
+        }
+    }
+    out
 }
 
 /// The group descriptors that follow the superblock at `sb_block`.
