@@ -18,6 +18,10 @@
 #   - nothing panics (exit 101), hangs (timeout) or grows the image.
 # Images whose damage cannot be repaired in place (truncated, not ext3)
 # are marked FATAL: there -fy must exit 8 and change nothing.
+# STRICTER lists damage that fsck.jbdfs reports and e2fsck 1.47 does not,
+# where the Linux kernel agrees with fsck.jbdfs: a journal superblock with
+# s_first = 0 ("JBD2: Invalid start block of journal: 0", mount fails).
+# Those count as disagreements in the rate but not as failures.
 # Environment: FSCK (the fsck-jbdfs binary), MKFS (mkfs-jbdfs), TIMEOUT.
 set -u
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -25,6 +29,7 @@ set -u
 FSCK="${FSCK:-$JBDFS_ROOT/target/release/fsck-jbdfs}"
 MKFS="${MKFS:-$(dirname "$FSCK")/mkfs-jbdfs}"
 TIMEOUT="${TIMEOUT:-60}"
+STRICTER="jsb-first"
 export LC_ALL=C
 
 dbg() { # dbg IMG CMD...: run debugfs -w commands on IMG
@@ -243,13 +248,17 @@ cmd_check() {
             case "$s" in 101|124|134|139) good=0 ;; esac
         done
         n=$((n + 1)); agree=$((agree + same)); ok=$((ok + good))
-        [ $same = 1 ] && [ $good = 1 ] || failures="$failures $name"
+        local excused=0
+        case " $STRICTER " in *" ${name#*-} "*) [ $ours != 0 ] && excused=1 ;; esac
+        { [ $same = 1 ] || [ $excused = 1 ]; } && [ $good = 1 ] || failures="$failures $name"
         printf '%-32s %5s %5s %6s %5s %5s %5s %5s\n' "$name" $e $ours \
             "$([ $same = 1 ] && echo yes || echo NO)" $fy $after $again \
             "$([ $good = 1 ] && echo yes || echo NO)"
         rm -f "$work" "$work.after"
     done
-    printf '\nagreement (clean vs damaged, -fn): %d/%d\n' "$agree" "$n"
+    [ "$n" -gt 0 ] || die "no images in $dir"
+    printf '\nagreement (clean vs damaged, -fn): %d/%d (%d.%d%%)\n' "$agree" "$n" \
+        $((agree * 100 / n)) $((agree * 1000 / n % 10))
     printf 'repair checks passed: %d/%d\n' "$ok" "$n"
     [ -z "$failures" ] || printf 'failures:%s\n' "$failures"
     [ -z "$failures" ]

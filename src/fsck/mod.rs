@@ -195,11 +195,28 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<Report, FsckEr
         overlay.write_at(&sb.to_bytes(), sbm::SUPERBLOCK_OFFSET)?;
     }
     let clean = sb.s_state & sbm::EXT2_VALID_FS != 0 && sb.s_state & sbm::EXT2_ERROR_FS == 0;
-    if clean && !opts.force && !outcome.replayed && found.backup.is_none() && !problems_pending(&problems) {
+    if clean
+        && !opts.force
+        && !outcome.replayed
+        && found.backup.is_none()
+        && !problems_pending(&problems)
+    {
         return Ok(skipped(&sb));
+    }
+    let mut use_backup_descs = false;
+    if !super_check::descs_valid(&sb, &descs) {
+        if let Some(backup) = super_check::backup_descs(&overlay, &sb) {
+            problems.say("fsck.jbdfs: Group descriptors look bad... trying backup blocks...");
+            let msg = "One or more block group descriptor checksums are invalid or point outside their group.\n";
+            if problems.ask(msg, "Use the backup group descriptors from group 1") {
+                descs = backup;
+                use_backup_descs = true;
+            }
+        }
     }
     let mut ctx = Ctx::new(&overlay, &name, opts, sb, descs);
     ctx.problems = problems;
+    ctx.descs_dirty |= use_backup_descs;
     ctx.sb_dirty |= found.backup.is_some();
     run_passes(&mut ctx)?;
     finish(&mut ctx, overlay.is_dirty())?;

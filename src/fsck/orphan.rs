@@ -29,7 +29,11 @@ pub fn release(ctx: &mut Ctx) -> io::Result<()> {
         }
         let mut inode = ctx.inode(ino);
         let next = inode.i_dtime;
-        let verb = if inode.i_links_count != 0 { "Truncating" } else { "Clearing" };
+        let verb = if inode.i_links_count != 0 {
+            "Truncating"
+        } else {
+            "Clearing"
+        };
         ctx.problems.say(&format!(
             "{verb} orphaned inode {ino} (uid={}, gid={}, mode=0{:o}, size={})",
             inode.i_uid, inode.i_gid, inode.i_mode, inode.i_size
@@ -54,10 +58,15 @@ fn truncate(ctx: &mut Ctx, inode: &mut crate::format::inode::Inode) -> io::Resul
         return Ok(());
     }
     let keep = inode.i_size.div_ceil(u64::from(ctx.bs));
-    walk(ctx, &mut inode.i_block, true, &mut |ctx, blk, claim| match claim {
-        Claim::Data(l) if l >= keep || !ctx.block_ok(blk) => Act::Clear,
-        _ => Act::Keep,
-    })?;
+    walk(
+        ctx,
+        &mut inode.i_block,
+        true,
+        &mut |ctx, blk, claim| match claim {
+            Claim::Data(l) if l >= keep || !ctx.block_ok(blk) => Act::Clear,
+            _ => Act::Keep,
+        },
+    )?;
     let mut count = u64::from(inode.i_file_acl != 0);
     walk(ctx, &mut inode.i_block, false, &mut |_, _, _| {
         count += 1;

@@ -20,7 +20,8 @@ pub fn has_block_map(inode: &Inode, bs: u32) -> bool {
 }
 
 pub fn run(ctx: &mut Ctx) -> io::Result<()> {
-    ctx.problems.say("Pass 1: Checking inodes, blocks, and sizes");
+    ctx.problems
+        .say("Pass 1: Checking inodes, blocks, and sizes");
     let total = ctx.sb.s_inodes_count;
     for ino in 1..=total {
         if ino % ctx.ipg() == 0 {
@@ -40,7 +41,10 @@ fn check_inode(ctx: &mut Ctx, ino: u32) -> io::Result<()> {
     ctx.info[ino as usize].mode = mode;
     ctx.info[ino as usize].links = links;
     if ino == rsv::EXT2_ROOT_INO && links != 0 && mode & fi::S_IFMT != fi::S_IFDIR {
-        if ctx.problems.ask("Root inode is not a directory.  ", "Clear") {
+        if ctx
+            .problems
+            .ask("Root inode is not a directory.  ", "Clear")
+        {
             ctx.clear_inode(ino)?;
         }
         return Ok(());

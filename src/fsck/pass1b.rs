@@ -67,7 +67,11 @@ fn find_claimants(ctx: &mut Ctx) -> io::Result<Claims> {
         if acl != 0 && ctx.dups.contains(&acl) {
             // The attribute block counts once however many inodes share it.
             let c = claims.entry(acl).or_default();
-            if ctx.ea_refs.get(&acl).is_some_and(|_| *c == u32::from(is_metadata(ctx, acl))) {
+            if ctx
+                .ea_refs
+                .get(&acl)
+                .is_some_and(|_| *c == u32::from(is_metadata(ctx, acl)))
+            {
                 *c += 1;
             }
         }

@@ -315,7 +315,9 @@ fn check_entry(
     }
     let current = b.buf[off + 8..off + 8 + h.name_len].to_vec();
     if !names.insert(current) {
-        let msg = format!("Duplicate entry '{shown}' found.\n\tMarking inode {dir} ({dir}) to be rebuilt.\n\n");
+        let msg = format!(
+            "Duplicate entry '{shown}' found.\n\tMarking inode {dir} ({dir}) to be rebuilt.\n\n"
+        );
         if ctx.problems.ask(&msg, "Clear") {
             put_le32(&mut b.buf, off, 0);
             b.modified = true;

@@ -131,8 +131,9 @@ pub fn get_lost_found(ctx: &mut Ctx, create: bool) -> io::Result<u32> {
 fn make_dir(ctx: &mut Ctx, ino: u32, parent: u32, perm: u16) -> io::Result<bool> {
     let (g, _) = ctx.sb.inode_group(parent);
     let Some(blk) = ctx.alloc_block(g.0) else {
-        ctx.problems
-            .unfixable(&format!("Could not allocate a block for directory inode {ino}"));
+        ctx.problems.unfixable(&format!(
+            "Could not allocate a block for directory inode {ino}"
+        ));
         return Ok(false);
     };
     let block = de::new_dir_block(ctx.bs as usize, InodeNo(ino), InodeNo(parent))
@@ -175,7 +176,12 @@ fn adjust_links(ctx: &mut Ctx, ino: u32, by: i32) {
 }
 
 fn dir_blocks_of(ctx: &Ctx, dir: u32) -> Vec<DirBlock> {
-    let mut v: Vec<DirBlock> = ctx.dir_blocks.iter().filter(|d| d.ino == dir).copied().collect();
+    let mut v: Vec<DirBlock> = ctx
+        .dir_blocks
+        .iter()
+        .filter(|d| d.ino == dir)
+        .copied()
+        .collect();
     v.sort_by_key(|d| d.lblk);
     v
 }
@@ -264,7 +270,11 @@ fn expand_dir(
     inode.i_size = u64::from(lblk + 1) * u64::from(ctx.bs);
     inode.i_blocks += u64::from(ctx.bs / 512);
     ctx.write_inode(dir, &inode);
-    ctx.dir_blocks.push(DirBlock { blk, ino: dir, lblk });
+    ctx.dir_blocks.push(DirBlock {
+        blk,
+        ino: dir,
+        lblk,
+    });
     Ok(true)
 }
 
@@ -277,7 +287,10 @@ pub fn reconnect(ctx: &mut Ctx, ino: u32) -> io::Result<bool> {
     }
     let lf = ctx.lost_found;
     let name = format!("#{ino}");
-    let ft = if ctx.sb.has_incompat(crate::format::superblock::feature::INCOMPAT_FILETYPE) {
+    let ft = if ctx
+        .sb
+        .has_incompat(crate::format::superblock::feature::INCOMPAT_FILETYPE)
+    {
         file_type_of(ctx.info[ino as usize].mode)
     } else {
         0
@@ -310,7 +323,10 @@ pub fn fix_dotdot(ctx: &mut Ctx, dir: u32, parent: u32) -> io::Result<()> {
                 adjust_links(ctx, old, -1);
             }
             put_le32(&mut block, off, parent);
-            block[off + 7] = if ctx.sb.has_incompat(crate::format::superblock::feature::INCOMPAT_FILETYPE) {
+            block[off + 7] = if ctx
+                .sb
+                .has_incompat(crate::format::superblock::feature::INCOMPAT_FILETYPE)
+            {
                 de::EXT2_FT_DIR
             } else {
                 0

@@ -11,7 +11,8 @@ use super::context::Ctx;
 use super::problem::Severity;
 
 pub fn run(ctx: &mut Ctx) -> io::Result<()> {
-    ctx.problems.say("Pass 5: Checking group summary information");
+    ctx.problems
+        .say("Pass 5: Checking group summary information");
     check_bitmaps(ctx, Kind::Blocks)?;
     check_bitmaps(ctx, Kind::Inodes)?;
     Ok(())
@@ -134,7 +135,11 @@ fn check_bitmaps(ctx: &mut Ctx, kind: Kind) -> io::Result<()> {
     let diffs = differences(ctx, kind, &maps);
     let mut write = false;
     if !diffs.is_empty() {
-        let title = if kind == Kind::Blocks { "Block" } else { "Inode" };
+        let title = if kind == Kind::Blocks {
+            "Block"
+        } else {
+            "Inode"
+        };
         write |= ctx
             .problems
             .ask(&format!("{title} bitmap differences: {diffs}\n"), "Fix");
@@ -171,7 +176,11 @@ fn check_counts(ctx: &mut Ctx, kind: Kind, maps: &[GroupMap], fixed: bool) -> io
             Kind::Blocks => d.bg_free_blocks_count,
             Kind::Inodes => d.bg_free_inodes_count,
         };
-        let noun = if kind == Kind::Blocks { "blocks" } else { "inodes" };
+        let noun = if kind == Kind::Blocks {
+            "blocks"
+        } else {
+            "inodes"
+        };
         if u32::from(have) != free {
             let msg = format!("Free {noun} count wrong for group #{g} ({have}, counted={free}).\n");
             if ctx.problems.ask(&msg, "Fix") {
@@ -192,7 +201,11 @@ fn check_counts(ctx: &mut Ctx, kind: Kind, maps: &[GroupMap], fixed: bool) -> io
         Kind::Inodes => ctx.sb.s_free_inodes_count,
     };
     if u64::from(have) != total_free {
-        let noun = if kind == Kind::Blocks { "blocks" } else { "inodes" };
+        let noun = if kind == Kind::Blocks {
+            "blocks"
+        } else {
+            "inodes"
+        };
         let msg = format!("Free {noun} count wrong ({have}, counted={total_free}).\n");
         if ctx.problems.ask_with(&msg, "Fix", Severity::NoOk) {
             match kind {

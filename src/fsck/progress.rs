@@ -26,10 +26,12 @@ impl Progress {
             Some(0) => p.terminal = true,
             // Opening /proc/self/fd/N gives the same file without unsafe
             // code to adopt a raw descriptor.
-            Some(n) if n > 0 => p.sink = File::options()
-                .append(true)
-                .open(format!("/proc/self/fd/{n}"))
-                .ok(),
+            Some(n) if n > 0 => {
+                p.sink = File::options()
+                    .append(true)
+                    .open(format!("/proc/self/fd/{n}"))
+                    .ok()
+            }
             _ => {}
         }
         p

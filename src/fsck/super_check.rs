@@ -48,7 +48,9 @@ pub fn find_superblock(
             "fsck.jbdfs: {err}\nfsck.jbdfs: Superblock invalid, trying backup blocks...."
         ));
         problems.ask(
-            &format!("{name}: the primary superblock is invalid; using the backup at block {block}.\n"),
+            &format!(
+                "{name}: the primary superblock is invalid; using the backup at block {block}.\n"
+            ),
             "Restore the primary superblock and group descriptors from it",
         );
         return Ok(Found {
@@ -100,11 +102,12 @@ pub fn read_descs(
     }
     let mut buf = vec![0u8; len as usize];
     dev.read_at(&mut buf, start)?;
-    parse_table(&buf, sb.group_count())
-        .map_err(|e| FsckError::Corrupt(crate::format::Corruption::new(
+    parse_table(&buf, sb.group_count()).map_err(|e| {
+        FsckError::Corrupt(crate::format::Corruption::new(
             crate::format::Location::GroupDesc(GroupNo(0)),
             e,
-        )))
+        ))
+    })
 }
 
 /// Marks the superblock and descriptor copies, the reserved GDT blocks,
@@ -211,4 +214,29 @@ pub fn relocate_tables(ctx: &mut Ctx) -> std::io::Result<()> {
     }
     ctx.relocate.clear();
     Ok(())
+}
+
+/// Whether every descriptor keeps its bitmaps and inode table inside its
+/// own group.
+pub fn descs_valid(sb: &Superblock, descs: &[GroupDesc]) -> bool {
+    let itb = sb.inode_table_blocks();
+    descs.iter().enumerate().all(|(g, d)| {
+        let first = sb.group_first_block(GroupNo(g as u32)).0;
+        let end = first + sb.blocks_in_group(GroupNo(g as u32));
+        let inside = |b: u32, n: u32| b >= first && b.checked_add(n).is_some_and(|e| e <= end);
+        inside(d.bg_block_bitmap, 1)
+            && inside(d.bg_inode_bitmap, 1)
+            && inside(d.bg_inode_table, itb)
+    })
+}
+
+/// Group 1's copy of the descriptor table, when it is itself valid (as
+/// e2fsck falls back to when the primary table looks bad).
+pub fn backup_descs(dev: &dyn BlockDevice, sb: &Superblock) -> Option<Vec<GroupDesc>> {
+    if sb.group_count() < 2 || !sb.group_has_super(GroupNo(1)) {
+        return None;
+    }
+    let at = sb.group_first_block(GroupNo(1)).0;
+    let descs = read_descs(dev, sb, at).ok()?;
+    descs_valid(sb, &descs).then_some(descs)
 }
