@@ -120,9 +120,10 @@ impl Report {
 
     /// e2fsck's closing line: "N/M files (X% non-contiguous), N/M blocks".
     pub fn summary(&self, name: &str) -> String {
-        let per_mille = (self.fragmented * 1000)
+        // e2fsck rounds per ten thousand to per mille.
+        let per_mille = (self.fragmented * 10000)
             .checked_div(self.inodes_used)
-            .unwrap_or(0);
+            .map_or(0, |x| (x + 5) / 10);
         format!(
             "{name}: {}/{} files ({}.{}% non-contiguous), {}/{} blocks",
             self.inodes_used,

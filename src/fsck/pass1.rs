@@ -142,7 +142,6 @@ fn fix_extra_isize(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
 /// Why e2fsck would call this in-use inode bad (`mark_inode_bad`), for the
 /// cases it then clears.
 fn bad_inode(ctx: &Ctx, inode: &Inode) -> Option<&'static str> {
-    let bs = ctx.bs;
     match inode.file_type() {
         fi::S_IFDIR | fi::S_IFREG => None,
         fi::S_IFLNK => (!symlink_ok(ctx, inode)).then_some("invalid symlink"),
@@ -152,10 +151,7 @@ fn bad_inode(ctx: &Ctx, inode: &Inode) -> Option<&'static str> {
             let bad_flags = inode.i_flags & (flags::EXT2_INDEX_FL | flags::EXT4_EXTENTS_FL) != 0;
             bad_flags.then_some("invalid special file")
         }
-        _ => {
-            let _ = bs;
-            Some("invalid mode")
-        }
+        _ => Some("invalid mode"),
     }
 }
 
@@ -213,7 +209,8 @@ fn check_htree_flag(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bo
 struct Tally {
     blocks: u64,
     last: Option<u64>,
-    illegal: u32,
+    previous: Option<u32>,
+    fragmented: bool,
 }
 
 /// e2fsck's `check_blocks`: claims the inode's blocks and fixes the
@@ -238,6 +235,12 @@ fn check_blocks(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> 
         }
     }
     ctx.info[ino as usize].has_data = t.last.is_some() || inode.i_size != 0;
+    if t.fragmented
+        && ino != rsv::EXT2_RESIZE_INO
+        && t.blocks < u64::from(ctx.sb.s_blocks_per_group)
+    {
+        ctx.fragmented += 1;
+    }
     if is_dir && t.last.is_none() && ino >= ctx.sb.first_ino() {
         let msg = format!("Inode {ino} is a zero-length directory.  ");
         if ctx.problems.ask(&msg, "Clear") {
@@ -272,7 +275,6 @@ fn claim_block(
     dir_blocks: Option<&mut Vec<DirBlock>>,
 ) -> Act {
     if !ctx.block_ok(blk) {
-        t.illegal += 1;
         let which = match claim {
             Claim::Data(l) => format!("#{l}"),
             Claim::Ind(1) => "#IND".to_string(),
@@ -286,6 +288,10 @@ fn claim_block(
         return Act::Keep;
     }
     t.blocks += 1;
+    if t.previous.is_some_and(|p| p.wrapping_add(1) != blk) {
+        t.fragmented = true;
+    }
+    t.previous = Some(blk);
     if let Claim::Data(l) = claim {
         t.last = Some(t.last.map_or(l, |x| x.max(l)));
         if let (Some(list), Ok(lblk)) = (dir_blocks, u32::try_from(l)) {
