@@ -5,6 +5,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+
+/// println! that does not panic when stdout is a closed pipe.
+macro_rules! say {
+    ($($t:tt)*) => {
+        jbdfs::fsck::problem::out(&format!($($t)*))
+    };
+}
 use jbdfs::device::{FileDevice, OpenOptions};
 use jbdfs::fsck::{self, exit, FsckError, FsckOptions, Mode};
 
@@ -93,19 +100,19 @@ fn run(args: &Args) -> u8 {
     match fsck::check(&dev, &opts) {
         Ok(report) => {
             if report.skipped_clean {
-                println!(
+                say!(
                     "{name}: clean, {}",
                     report.summary("").trim_start_matches(": ")
                 );
                 return report.exit_code();
             }
             if report.bytes_written > 0 {
-                println!("\n{name}: ***** FILE SYSTEM WAS MODIFIED *****");
+                say!("\n{name}: ***** FILE SYSTEM WAS MODIFIED *****");
             }
             if report.unfixed > 0 {
-                println!("\n{name}: ********** WARNING: Filesystem still has errors **********\n");
+                say!("\n{name}: ********** WARNING: Filesystem still has errors **********\n");
             }
-            println!("{}", report.summary(&name));
+            say!("{}", report.summary(&name));
             report.exit_code()
         }
         Err(FsckError::Unsupported(f)) => {
@@ -114,8 +121,8 @@ fn run(args: &Args) -> u8 {
             exit::ERROR
         }
         Err(FsckError::Abort(msg)) => {
-            println!("{msg}");
-            println!("Abort? yes\n");
+            say!("{msg}");
+            say!("Abort? yes\n");
             exit::ERROR
         }
         Err(FsckError::Io(e)) => {

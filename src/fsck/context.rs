@@ -134,7 +134,6 @@ pub struct Ctx<'a> {
     pub lost_found: u32,
     pub sb_dirty: bool,
     pub descs_dirty: bool,
-    pub bar: super::progress::Progress,
     /// Files whose blocks are not contiguous, for the summary line.
     pub fragmented: u64,
 }
@@ -172,13 +171,12 @@ impl<'a> Ctx<'a> {
             lost_found: 0,
             sb_dirty: false,
             descs_dirty: false,
-            bar: super::progress::Progress::new(opts.progress_fd, name),
             fragmented: 0,
         }
     }
 
     pub fn progress(&mut self, pass: u8, done: u64, total: u64) {
-        self.bar.update(pass, done, total);
+        self.problems.bar.update(pass, done, total);
     }
 
     pub fn ipg(&self) -> u32 {

@@ -221,7 +221,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<Report, FsckEr
     ctx.sb_dirty |= found.backup.is_some();
     run_passes(&mut ctx)?;
     finish(&mut ctx, overlay.is_dirty())?;
-    ctx.bar.finish();
+    ctx.problems.bar.clear();
     let mut report = report_of(&ctx);
     report.journal_replayed = outcome.replayed;
     if opts.mode != Mode::No {

@@ -129,6 +129,8 @@ fn check_bitmaps(ctx: &mut Ctx, kind: Kind) -> io::Result<()> {
     let groups = ctx.groups();
     let mut maps = Vec::with_capacity(groups as usize);
     for g in 0..groups {
+        let half = if kind == Kind::Blocks { 0 } else { groups };
+        ctx.progress(5, u64::from(half + g), 2 * u64::from(groups));
         maps.push(group_map(ctx, kind, g)?);
     }
     let noun = kind.noun();

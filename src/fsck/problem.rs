@@ -2,7 +2,15 @@
 //! the question by the mode (-n no, -y yes, -p yes quietly), and count what
 //! was fixed and what was left.
 
+use std::io::Write;
+
+use super::progress::Progress;
 use super::{FsckOptions, Mode};
+
+/// Prints a line on stdout; a closed pipe is not worth a panic.
+pub fn out(text: &str) {
+    let _ = writeln!(std::io::stdout().lock(), "{text}");
+}
 
 /// Whether answering "no" leaves the filesystem in error (e2fsck's
 /// `PR_NO_OK` marks the problems for which it does not).
@@ -12,7 +20,7 @@ pub enum Severity {
     NoOk,
 }
 
-#[derive(Clone, Debug, Default)]
+#[derive(Default)]
 pub struct Problems {
     mode: Mode,
     echo: bool,
@@ -20,6 +28,7 @@ pub struct Problems {
     pub messages: Vec<String>,
     pub fixed: usize,
     pub unfixed: usize,
+    pub bar: Progress,
 }
 
 impl Problems {
@@ -27,6 +36,7 @@ impl Problems {
         Problems {
             mode: opts.mode,
             echo: opts.echo,
+            bar: Progress::new(opts.progress_fd, &opts.name),
             ..Default::default()
         }
     }
@@ -38,7 +48,8 @@ impl Problems {
     /// Prints a line that is not a question.
     pub fn say(&mut self, text: &str) {
         if self.echo {
-            println!("{text}");
+            self.bar.clear();
+            out(text);
         }
     }
 
@@ -52,9 +63,13 @@ impl Problems {
         self.messages.push(msg.trim_end().to_string());
         let yes = self.mode != Mode::No;
         if self.echo {
+            self.bar.clear();
             match self.mode {
-                Mode::Preen => println!("{} FIXED.", msg.trim_end()),
-                _ => println!("{msg}{question}? {}\n", if yes { "yes" } else { "no" }),
+                Mode::Preen => out(&format!("{} FIXED.", msg.trim_end())),
+                _ => out(&format!(
+                    "{msg}{question}? {}\n",
+                    if yes { "yes" } else { "no" }
+                )),
             }
         }
         if yes {
@@ -70,7 +85,8 @@ impl Problems {
         self.messages.push(msg.to_string());
         let yes = self.mode != Mode::No;
         if self.echo {
-            println!("{msg}{}", if yes { "" } else { " IGNORED." });
+            self.bar.clear();
+            out(&format!("{msg}{}", if yes { "" } else { " IGNORED." }));
         }
         if yes {
             self.fixed += 1;
@@ -85,7 +101,8 @@ impl Problems {
         self.messages.push(msg.to_string());
         self.unfixed += 1;
         if self.echo {
-            println!("{msg}");
+            self.bar.clear();
+            out(msg);
         }
     }
 }

@@ -73,11 +73,14 @@ impl Progress {
         }
     }
 
-    /// Clears the terminal line at the end.
-    pub fn finish(&mut self) {
+    /// Clears the bar from the terminal line, before a message or at the
+    /// end; the next update draws it again.
+    pub fn clear(&mut self) {
         if self.terminal && self.last.1 != u64::MAX {
-            print!("\r{}\r", " ".repeat(self.name.len() + 62));
-            let _ = std::io::stdout().flush();
+            let mut out = std::io::stdout();
+            let _ = write!(out, "\r{}\r", " ".repeat(self.name.len() + 62));
+            let _ = out.flush();
+            self.last.1 = u64::MAX;
         }
     }
 }
