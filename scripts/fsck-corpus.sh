@@ -13,9 +13,13 @@
 # kill_file, jo/jw/jc) or by poking bytes with dd. For each image:
 #   - fsck-jbdfs -fn and e2fsck -fn agree on clean (0) against damaged;
 #   - fsck-jbdfs -fn changes no byte;
-#   - fsck-jbdfs -fy exits 1 and e2fsck -fn then finds the image clean,
-#     and a second fsck-jbdfs -fn exits 0;
+#   - fsck-jbdfs -fy exits 1 (or 0 where e2fsck -fy does too: replaying
+#     the journal and processing the orphan list alone do not count as
+#     fixing, for either), e2fsck -fn then finds the image clean, and a
+#     second fsck-jbdfs -fn exits 0;
 #   - nothing panics (exit 101), hangs (timeout) or grows the image.
+# It also reports how often fsck-jbdfs -fp exits as e2fsck -fp does (preen
+# fixes only what e2fsck's preen fixes, and otherwise stops with exit 4).
 # Images whose damage cannot be repaired in place (truncated, not ext3)
 # are marked FATAL: there -fy must exit 8 and change nothing.
 # STRICTER lists damage that fsck.jbdfs reports and e2fsck 1.47 does not,
@@ -214,7 +218,7 @@ run_fsck() { # run_fsck ARGS IMG: exit status, 124 on timeout
 }
 
 cmd_check() {
-    local dir="$1" img n=0 agree=0 ok=0 failures=""
+    local dir="$1" img n=0 agree=0 ok=0 preen_agree=0 failures=""
     printf '%-32s %5s %5s %6s %5s %5s %5s %5s\n' image e2fsck ours agree fy after again ok
     for img in "$dir"/*.img; do
         local name e ours sum1 sum2 size1 size2 fy after again verdict fatal=0 good=1
@@ -228,6 +232,17 @@ cmd_check() {
         sum2="$(md5sum <"$work")"
         local same=$(( (e == 0) == (ours == 0) ))
         [ "$sum1" = "$sum2" ] || { good=0; verdict="-n wrote"; }
+        local ep op
+        cp --sparse=always "$img" "$work.p"
+        e2fsck -fp "$work.p" >/dev/null 2>&1; ep=$?
+        cp --sparse=always "$img" "$work.p"
+        run_fsck -fp "$work.p"; op=$?
+        rm -f "$work.p"
+        [ $ep = $op ] && preen_agree=$((preen_agree + 1))
+        local ey
+        cp --sparse=always "$img" "$work.p"
+        e2fsck -fy "$work.p" >/dev/null 2>&1; ey=$?
+        rm -f "$work.p"
         run_fsck -fy "$work"; fy=$?
         size2="$(stat -c %s "$work")"
         [ "$size1" = "$size2" ] || { good=0; verdict="grew"; }
@@ -240,7 +255,7 @@ cmd_check() {
             run_fsck -fn "$work"; again=$?
             case "$name" in
                 *-clean) [ $fy = 0 ] || good=0 ;;
-                *) if [ $fy != 1 ] && ! { [ $e = 0 ] && [ $fy = 0 ]; }; then good=0; fi ;;
+                *) if [ $fy != 1 ] && ! { [ $ey = 0 ] && [ $fy = 0 ]; }; then good=0; fi ;;
             esac
             [ $after = 0 ] && [ $again = 0 ] || good=0
         fi
@@ -260,6 +275,7 @@ cmd_check() {
     printf '\nagreement (clean vs damaged, -fn): %d/%d (%d.%d%%)\n' "$agree" "$n" \
         $((agree * 100 / n)) $((agree * 1000 / n % 10))
     printf 'repair checks passed: %d/%d\n' "$ok" "$n"
+    printf 'preen (-fp) exit status equal to e2fsck -fp: %d/%d\n' "$preen_agree" "$n"
     [ -z "$failures" ] || printf 'failures:%s\n' "$failures"
     [ -z "$failures" ]
 }

@@ -106,7 +106,7 @@ fn run(args: &Args) -> u8 {
                 );
                 return report.exit_code();
             }
-            if report.bytes_written > 0 {
+            if report.fixed > 0 && report.bytes_written > 0 {
                 say!("\n{name}: ***** FILE SYSTEM WAS MODIFIED *****");
             }
             if report.unfixed > 0 {

@@ -6,7 +6,6 @@
 //! an image e2fsck -fn finds clean; and after a real replay e2fsck -fn must
 //! agree that it is clean.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -77,8 +76,8 @@ fn state_at(base: &[u8], events: &[Event], upto: usize) -> Vec<u8> {
 }
 
 fn e2fsck_clean(img: &[u8], tag: &str) -> Result<(), String> {
-    let path = PathBuf::from(std::env::temp_dir())
-        .join(format!("jbdfs-fsck-crash-{}-{tag}.img", std::process::id()));
+    let path =
+        std::env::temp_dir().join(format!("jbdfs-fsck-crash-{}-{tag}.img", std::process::id()));
     std::fs::write(&path, img).unwrap();
     let out = Command::new("e2fsck")
         .arg("-fn")

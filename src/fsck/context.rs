@@ -136,6 +136,11 @@ pub struct Ctx<'a> {
     pub descs_dirty: bool,
     /// Files whose blocks are not contiguous, for the summary line.
     pub fragmented: u64,
+    /// Blocks and inodes the orphan list released: pass 5 frees them in the
+    /// bitmaps and counts without calling it a difference, as e2fsck's
+    /// release does at once.
+    pub released_blocks: Vec<u32>,
+    pub released_inodes: Vec<u32>,
 }
 
 impl<'a> Ctx<'a> {
@@ -172,6 +177,8 @@ impl<'a> Ctx<'a> {
             sb_dirty: false,
             descs_dirty: false,
             fragmented: 0,
+            released_blocks: Vec::new(),
+            released_inodes: Vec::new(),
         }
     }
 

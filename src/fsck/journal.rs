@@ -81,7 +81,7 @@ fn repair_bad_journal(
         "Superblock has an invalid journal (inode {}).\n",
         sb.s_journal_inum
     );
-    if !problems.ask(&msg, "Clear") {
+    if !problems.ask_safe(&msg, "Clear") {
         return Ok(false);
     }
     let bs = sb.block_size();

@@ -103,13 +103,18 @@ pub struct Report {
     pub fragmented: u64,
     /// Whether the check was skipped because the filesystem is clean.
     pub skipped_clean: bool,
+    /// Preen stopped at a problem it may not fix alone; nothing was written
+    /// but the error state.
+    pub halted: bool,
 }
 
 impl Report {
     /// The exit status e2fsck would give.
     pub fn exit_code(&self) -> u8 {
+        // As e2fsck: replaying the journal and processing the orphan list
+        // alone leave the status 0; any problem fixed makes it 1.
         let mut code = exit::OK;
-        if self.bytes_written > 0 {
+        if self.fixed > 0 && !self.halted {
             code |= exit::NONDESTRUCT;
         }
         if self.unfixed > 0 {
@@ -224,7 +229,18 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<Report, FsckEr
     ctx.problems.bar.clear();
     let mut report = report_of(&ctx);
     report.journal_replayed = outcome.replayed;
-    if opts.mode != Mode::No {
+    report.halted = ctx.problems.halted;
+    if ctx.problems.halted {
+        // As e2fsck -p: leave the repairs to a manual run, and mark the
+        // filesystem as having errors so that it is checked.
+        drop(ctx);
+        overlay.discard();
+        if let Ok(mut sb) = read_superblock(dev) {
+            sb.s_state |= sbm::EXT2_ERROR_FS;
+            dev.write_at(&sb.to_bytes(), sbm::SUPERBLOCK_OFFSET)?;
+            dev.flush()?;
+        }
+    } else if opts.mode != Mode::No {
         report.bytes_written = overlay.commit(dev)?;
     }
     Ok(report)

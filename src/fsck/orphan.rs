@@ -38,18 +38,46 @@ pub fn release(ctx: &mut Ctx) -> io::Result<()> {
             "{verb} orphaned inode {ino} (uid={}, gid={}, mode=0{:o}, size={})",
             inode.i_uid, inode.i_gid, inode.i_mode, inode.i_size
         ));
+        let before = blocks_of(ctx, &mut inode)?;
         if inode.i_links_count == 0 {
-            // Its blocks are freed by pass 5, which rebuilds the bitmaps
-            // from what is still referenced.
             inode.i_dtime = ctx.now;
+            ctx.released_inodes.push(ino);
+            if inode.is_dir() {
+                let (g, _) = ctx.sb.inode_group(ino);
+                let d = &mut ctx.descs[g.0 as usize];
+                d.bg_used_dirs_count = d.bg_used_dirs_count.saturating_sub(1);
+                ctx.descs_dirty = true;
+            }
+            ctx.released_blocks.extend(before);
         } else {
             truncate(ctx, &mut inode)?;
             inode.i_dtime = 0;
+            let after: std::collections::HashSet<u32> =
+                blocks_of(ctx, &mut inode)?.into_iter().collect();
+            ctx.released_blocks
+                .extend(before.into_iter().filter(|b| !after.contains(b)));
         }
         ctx.write_inode(ino, &inode);
         ino = next;
     }
     Ok(())
+}
+
+/// The blocks an inode holds (indirect and attribute blocks included).
+fn blocks_of(ctx: &mut Ctx, inode: &mut crate::format::inode::Inode) -> io::Result<Vec<u32>> {
+    let mut out = Vec::new();
+    if inode.i_file_acl != 0 && inode.i_links_count == 0 && ctx.block_ok(inode.i_file_acl) {
+        out.push(inode.i_file_acl);
+    }
+    if super::pass1::has_block_map(inode, ctx.bs) {
+        walk(ctx, &mut inode.i_block, false, &mut |ctx, blk, _| {
+            if ctx.block_ok(blk) {
+                out.push(blk);
+            }
+            Act::Keep
+        })?;
+    }
+    Ok(out)
 }
 
 /// Drops the blocks past i_size and recounts i_blocks.

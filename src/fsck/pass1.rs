@@ -55,7 +55,7 @@ fn check_inode(ctx: &mut Ctx, ino: u32) -> io::Result<()> {
     if links == 0 {
         if ino >= first && mode != 0 && dtime == 0 {
             let msg = format!("Deleted inode {ino} has zero dtime.  ");
-            if ctx.problems.ask(&msg, "Fix") {
+            if ctx.problems.ask_safe(&msg, "Fix") {
                 let mut inode = ctx.inode(ino);
                 inode.i_dtime = ctx.now;
                 ctx.write_inode(ino, &inode);
@@ -71,7 +71,7 @@ fn check_inode(ctx: &mut Ctx, ino: u32) -> io::Result<()> {
         } else {
             format!("Inode {ino} is in use, but has dtime set.  ")
         };
-        if ctx.problems.ask(&msg, "Fix") {
+        if ctx.problems.ask_safe(&msg, "Fix") {
             inode.i_dtime = 0;
             dirty = true;
         }
@@ -132,7 +132,7 @@ fn fix_extra_isize(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
         return false;
     }
     let msg = format!("Inode {ino} has a extra size ({raw_extra}) which is invalid\n");
-    if ctx.problems.ask(&msg, "Fix") {
+    if ctx.problems.ask_safe(&msg, "Fix") {
         inode.i_extra_isize = 32.min(ctx.isz as u16 - 128);
         return true;
     }
@@ -197,7 +197,7 @@ fn check_htree_flag(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bo
         }
         format!("Inode {ino} has an invalid root node.\n")
     };
-    if ctx.problems.ask(&msg, "Clear HTree index") {
+    if ctx.problems.ask_safe(&msg, "Clear HTree index") {
         inode.i_flags &= !flags::EXT2_INDEX_FL;
         return Ok(true);
     }
@@ -257,7 +257,7 @@ fn check_blocks(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> 
             "Inode {ino}, i_blocks is {}, should be {sectors}.  ",
             inode.i_blocks
         );
-        if ctx.problems.ask(&msg, "Fix") {
+        if ctx.problems.ask_safe(&msg, "Fix") {
             inode.i_blocks = sectors;
             dirty = true;
         }
@@ -330,7 +330,7 @@ fn check_size(ctx: &mut Ctx, ino: u32, inode: &mut Inode, t: &Tally) -> bool {
         return false;
     }
     let msg = format!("Inode {ino}, i_size is {size}, should be {blocks_end}.  ");
-    if ctx.problems.ask(&msg, "Fix") {
+    if ctx.problems.ask_safe(&msg, "Fix") {
         inode.i_size = blocks_end;
         return true;
     }

@@ -275,8 +275,14 @@ fn check_entry(
     } else {
         None
     };
+    let unused = ctx.ino_ok(target) && !reserved && !ctx.info[target as usize].used;
     if let Some(msg) = problem {
-        if ctx.problems.ask(&msg, "Clear") {
+        let fix = if unused {
+            ctx.problems.ask_safe(&msg, "Clear")
+        } else {
+            ctx.problems.ask(&msg, "Clear")
+        };
+        if fix {
             put_le32(&mut b.buf, off, 0);
             b.modified = true;
             if position == 1 {
@@ -347,7 +353,7 @@ fn check_filetype(ctx: &mut Ctx, b: &mut Block, off: usize, entry: &str, target:
     } else {
         format!("{entry} has an incorrect filetype (was {have}, should be {want}).\n")
     };
-    if ctx.problems.ask(&msg, "Fix") {
+    if ctx.problems.ask_safe(&msg, "Fix") {
         b.buf[off + 7] = want;
         b.modified = true;
     }

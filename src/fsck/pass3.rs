@@ -105,7 +105,7 @@ pub fn get_lost_found(ctx: &mut Ctx, create: bool) -> io::Result<u32> {
             i.counted = i.counted.saturating_sub(1);
         }
     }
-    if !create || !ctx.problems.ask("/lost+found not found.  ", "Create") {
+    if !create || !ctx.problems.ask_safe("/lost+found not found.  ", "Create") {
         return Ok(0);
     }
     let Some(ino) = ctx.alloc_inode() else {

@@ -29,7 +29,7 @@ pub fn run(ctx: &mut Ctx) -> io::Result<()> {
                 "Inode {ino} ref count is {}, should be {counted}.  ",
                 info.links
             );
-            if ctx.problems.ask(&msg, "Fix") {
+            if ctx.problems.ask_safe(&msg, "Fix") {
                 let mut inode = ctx.inode(ino);
                 inode.i_links_count = counted;
                 ctx.write_inode(ino, &inode);
@@ -45,7 +45,7 @@ fn disconnected(ctx: &mut Ctx, ino: u32) -> io::Result<bool> {
     let inode = ctx.inode(ino);
     if inode.i_blocks == 0 && (inode.is_reg() || inode.is_dir()) {
         let msg = format!("Unattached zero-length inode {ino}.  ");
-        if ctx.problems.ask(&msg, "Clear") {
+        if ctx.problems.ask_safe(&msg, "Clear") {
             ctx.clear_inode(ino)?;
             return Ok(false);
         }

@@ -40,9 +40,11 @@ struct GroupMap {
     want: Vec<u8>,
     /// Items (blocks or inodes) in this group.
     items: u32,
+    /// Bits the orphan list released (already cleared in `disk`).
+    released: bool,
 }
 
-fn group_map(ctx: &Ctx, kind: Kind, g: u32) -> io::Result<GroupMap> {
+fn group_map(ctx: &mut Ctx, kind: Kind, g: u32) -> io::Result<GroupMap> {
     let d = ctx.descs[g as usize];
     let (at, items, first) = match kind {
         Kind::Blocks => (
@@ -56,11 +58,43 @@ fn group_map(ctx: &Ctx, kind: Kind, g: u32) -> io::Result<GroupMap> {
             u64::from(g) * u64::from(ctx.ipg()) + 1,
         ),
     };
-    let disk = if ctx.block_ok(at) {
+    let mut disk = if ctx.block_ok(at) {
         ctx.read_block(at)?
     } else {
         vec![0u8; ctx.bs as usize]
     };
+    let released = match kind {
+        Kind::Blocks => &ctx.released_blocks,
+        Kind::Inodes => &ctx.released_inodes,
+    };
+    let mut freed = 0u16;
+    for &x in released {
+        let x = u64::from(x);
+        if x >= first && x < first + u64::from(items) {
+            let i = (x - first) as u32;
+            if bit(&disk, i) {
+                disk[(i / 8) as usize] &= !(1 << (i % 8));
+                freed += 1;
+            }
+        }
+    }
+    if freed > 0 {
+        let d = &mut ctx.descs[g as usize];
+        match kind {
+            Kind::Blocks => {
+                d.bg_free_blocks_count = d.bg_free_blocks_count.saturating_add(freed);
+                ctx.sb.s_free_blocks_count =
+                    ctx.sb.s_free_blocks_count.saturating_add(u32::from(freed));
+            }
+            Kind::Inodes => {
+                d.bg_free_inodes_count = d.bg_free_inodes_count.saturating_add(freed);
+                ctx.sb.s_free_inodes_count =
+                    ctx.sb.s_free_inodes_count.saturating_add(u32::from(freed));
+            }
+        }
+        ctx.descs_dirty = true;
+        ctx.sb_dirty = true;
+    }
     let mut want = vec![0u8; ctx.bs as usize];
     for i in 0..items {
         let used = match kind {
@@ -79,6 +113,7 @@ fn group_map(ctx: &Ctx, kind: Kind, g: u32) -> io::Result<GroupMap> {
         disk,
         want,
         items,
+        released: freed > 0,
     })
 }
 
@@ -144,23 +179,26 @@ fn check_bitmaps(ctx: &mut Ctx, kind: Kind) -> io::Result<()> {
         };
         write |= ctx
             .problems
-            .ask(&format!("{title} bitmap differences: {diffs}\n"), "Fix");
+            .ask_safe(&format!("{title} bitmap differences: {diffs}\n"), "Fix");
     }
     for (g, m) in maps.iter().enumerate() {
         let pad_ok = (m.items..ctx.bs * 8).all(|i| bit(&m.disk, i));
         if !pad_ok {
             let msg = format!("Padding at end of {noun} bitmap is not set. ");
-            write |= ctx.problems.ask(&msg, "Fix");
+            write |= ctx.problems.ask_safe(&msg, "Fix");
             let _ = g;
             break;
         }
     }
-    if write {
-        for m in &mut maps {
-            if m.disk != m.want && ctx.block_ok(m.at) {
-                ctx.write_block(m.at, &m.want)?;
-                m.disk = m.want.clone();
-            }
+    for m in &mut maps {
+        if !ctx.block_ok(m.at) {
+            continue;
+        }
+        if write && m.disk != m.want {
+            ctx.write_block(m.at, &m.want)?;
+            m.disk = m.want.clone();
+        } else if m.released {
+            ctx.write_block(m.at, &m.disk)?;
         }
     }
     check_counts(ctx, kind, &maps, write)
@@ -185,7 +223,7 @@ fn check_counts(ctx: &mut Ctx, kind: Kind, maps: &[GroupMap], fixed: bool) -> io
         };
         if u32::from(have) != free {
             let msg = format!("Free {noun} count wrong for group #{g} ({have}, counted={free}).\n");
-            if ctx.problems.ask(&msg, "Fix") {
+            if ctx.problems.ask_safe(&msg, "Fix") {
                 let d = &mut ctx.descs[g];
                 match kind {
                     Kind::Blocks => d.bg_free_blocks_count = free as u16,
@@ -228,7 +266,7 @@ fn check_dirs_count(ctx: &mut Ctx, g: u32, map: &[u8]) {
     let have = ctx.descs[g as usize].bg_used_dirs_count;
     if u32::from(have) != dirs {
         let msg = format!("Directories count wrong for group #{g} ({have}, counted={dirs}).\n");
-        if ctx.problems.ask(&msg, "Fix") {
+        if ctx.problems.ask_safe(&msg, "Fix") {
             ctx.descs[g as usize].bg_used_dirs_count = dirs as u16;
             ctx.descs_dirty = true;
         }

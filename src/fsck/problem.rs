@@ -29,6 +29,9 @@ pub struct Problems {
     pub fixed: usize,
     pub unfixed: usize,
     pub bar: Progress,
+    /// Preen met a problem it may not fix alone (e2fsck's `preenhalt`).
+    pub halted: bool,
+    name: String,
 }
 
 impl Problems {
@@ -37,6 +40,7 @@ impl Problems {
             mode: opts.mode,
             echo: opts.echo,
             bar: Progress::new(opts.progress_fd, &opts.name),
+            name: opts.name.clone(),
             ..Default::default()
         }
     }
@@ -54,12 +58,44 @@ impl Problems {
     }
 
     /// Reports a problem and returns whether to fix it. `msg` ends with the
-    /// separator e2fsck puts before the question ("  " or "\n").
+    /// separator e2fsck puts before the question ("  " or "\n"). Preen
+    /// does not fix these: it stops, as e2fsck -p does.
     pub fn ask(&mut self, msg: &str, question: &str) -> bool {
+        if self.mode == Mode::Preen {
+            self.halt(msg);
+            return false;
+        }
         self.ask_with(msg, question, Severity::Error)
     }
 
+    /// A problem preen may fix without asking (e2fsck's `PR_PREEN_OK`).
+    pub fn ask_safe(&mut self, msg: &str, question: &str) -> bool {
+        self.ask_with(msg, question, Severity::Error)
+    }
+
+    fn halt(&mut self, msg: &str) {
+        self.messages.push(msg.trim_end().to_string());
+        self.unfixed += 1;
+        if self.halted {
+            return;
+        }
+        self.halted = true;
+        if self.echo {
+            self.bar.clear();
+            let name = &self.name;
+            out(&format!(
+                "{name}: {}\n\n{name}: UNEXPECTED INCONSISTENCY; RUN fsck MANUALLY.\n\t(i.e., without -a or -p options)",
+                msg.trim_end()
+            ));
+        }
+    }
+
     pub fn ask_with(&mut self, msg: &str, question: &str, sev: Severity) -> bool {
+        if self.halted {
+            self.messages.push(msg.trim_end().to_string());
+            self.unfixed += usize::from(sev == Severity::Error);
+            return false;
+        }
         self.messages.push(msg.trim_end().to_string());
         let yes = self.mode != Mode::No;
         if self.echo {
@@ -83,7 +119,7 @@ impl Problems {
     /// A problem with no question (fixed without asking, when allowed).
     pub fn fixed_note(&mut self, msg: &str) -> bool {
         self.messages.push(msg.to_string());
-        let yes = self.mode != Mode::No;
+        let yes = self.mode != Mode::No && !self.halted;
         if self.echo {
             self.bar.clear();
             out(&format!("{msg}{}", if yes { "" } else { " IGNORED." }));
