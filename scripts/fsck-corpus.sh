@@ -101,7 +101,7 @@ freeb setb freei seti ssv-free-blocks ssv-free-inodes ssv-orphan ssv-orphan-dele
 ssv-inodes-count ssv-state-error set_bg-free-blocks set_bg-free-inodes set_bg-dirs
 set_bg-block-bitmap set_bg-inode-bitmap set_bg-inode-table unlink-file unlink-dir link-extra
 kill_file kill_file-dir dir-rec_len dir-bad-inode dir-no-dot dir-no-dotdot dir-garbage
-ind-garbage ea-refcount bitmap-padding jsb-magic jsb-first jsb-blocksize journal-pending
+ind-garbage ea-refcount bitmap-padding clri-journal sif-journal-mode sif-journal-ind jsb-magic jsb-first jsb-blocksize journal-pending
 journal-bad-commit journal-bad-tag truncated not-ext3"
 
 damage() {
@@ -166,6 +166,9 @@ damage() {
             poke "$out" $((b * bs + 4)) "$(le32 7)" ;;
         bitmap-padding) b="$(dumpe2fs "$out" 2>/dev/null | sed -n 's/.*Block bitmap at \([0-9]*\).*/\1/p' | tail -1)"
             poke "$out" $((b * bs + bs - 1)) "00" ;;
+        clri-journal) dbg "$out" "clri <8>" ;;
+        sif-journal-mode) dbg "$out" "sif <8> mode 040755" ;;
+        sif-journal-ind) dbg "$out" "sif <8> block[IND] 0" ;;
         jsb-magic) b="$(bmap "$out" '<8>' 0)"; poke "$out" $((b * bs)) "00000000" ;;
         jsb-first) b="$(bmap "$out" '<8>' 0)"; poke "$out" $((b * bs + 20)) "$(be32 0)" ;;
         jsb-blocksize) b="$(bmap "$out" '<8>' 0)"; poke "$out" $((b * bs + 12)) "$(be32 512)" ;;

@@ -191,7 +191,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<Report, FsckEr
         write_super_and_descs(&overlay, &sb, &descs)?;
     }
     let outcome = journal::replay(&overlay, &sb, &name, &mut problems)?;
-    if outcome.replayed || outcome.reset {
+    if outcome.replayed || outcome.reset || outcome.recreate {
         // Replay may have rewritten the superblock and descriptors.
         sb = read_superblock(&overlay).unwrap_or(sb);
         descs = super_check::read_descs(&overlay, &sb, sb.s_first_data_block).unwrap_or(descs);
@@ -224,7 +224,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<Report, FsckEr
     ctx.problems = problems;
     ctx.descs_dirty |= use_backup_descs;
     ctx.sb_dirty |= found.backup.is_some();
-    run_passes(&mut ctx)?;
+    run_passes(&mut ctx, outcome.recreate)?;
     finish(&mut ctx, overlay.is_dirty())?;
     ctx.problems.bar.clear();
     let mut report = report_of(&ctx);
@@ -275,7 +275,7 @@ fn check_size(sb: &Superblock, dev: &dyn BlockDevice) -> Result<(), FsckError> {
     Ok(())
 }
 
-fn run_passes(ctx: &mut Ctx) -> io::Result<()> {
+fn run_passes(ctx: &mut Ctx, new_journal: bool) -> io::Result<()> {
     super_check::mark_metadata(ctx);
     ctx.load_inode_tables()?;
     if ctx.problems.mode() != Mode::No {
@@ -287,6 +287,9 @@ fn run_passes(ctx: &mut Ctx) -> io::Result<()> {
     pass2::run(ctx)?;
     pass3::run(ctx)?;
     pass4::run(ctx)?;
+    if new_journal {
+        journal::recreate(ctx)?;
+    }
     ctx.flush_inodes()?;
     pass5::run(ctx)?;
     Ok(())
