@@ -52,6 +52,19 @@ fn check_inode(ctx: &mut Ctx, ino: u32) -> io::Result<()> {
     if ino < first && ino != rsv::EXT2_ROOT_INO {
         return check_reserved(ctx, ino, mode);
     }
+    // A small dtime is an orphan list link that was never processed.
+    if dtime != 0 && dtime < ctx.sb.s_inodes_count && low_dtime_check(ctx) {
+        let msg = format!("Inode {ino} was part of the orphaned inode list.  ");
+        if ctx.problems.ask_safe(&msg, "Fix") {
+            let mut inode = ctx.inode(ino);
+            inode.i_dtime = if links != 0 { 0 } else { ctx.now };
+            ctx.write_inode(ino, &inode);
+        }
+        if links != 0 {
+            return check_in_use(ctx, ino, ctx.raw_dtime(ino));
+        }
+        return Ok(());
+    }
     if links == 0 {
         if ino >= first && mode != 0 && dtime == 0 {
             let msg = format!("Deleted inode {ino} has zero dtime.  ");
@@ -63,14 +76,21 @@ fn check_inode(ctx: &mut Ctx, ino: u32) -> io::Result<()> {
         }
         return Ok(());
     }
+    check_in_use(ctx, ino, dtime)
+}
+
+/// e2fsck takes small dtimes for orphan links unless the filesystem was
+/// made at a time that small itself.
+fn low_dtime_check(ctx: &Ctx) -> bool {
+    let sb = &ctx.sb;
+    !(sb.s_mkfs_time != 0 && sb.s_mkfs_time < sb.s_inodes_count)
+}
+
+fn check_in_use(ctx: &mut Ctx, ino: u32, dtime: u32) -> io::Result<()> {
     let mut inode = ctx.inode(ino);
     let mut dirty = fix_extra_isize(ctx, ino, &mut inode);
     if dtime != 0 {
-        let msg = if dtime < ctx.sb.s_inodes_count {
-            format!("Inode {ino} was part of the orphaned inode list.  ")
-        } else {
-            format!("Inode {ino} is in use, but has dtime set.  ")
-        };
+        let msg = format!("Inode {ino} is in use, but has dtime set.  ");
         if ctx.problems.ask_safe(&msg, "Fix") {
             inode.i_dtime = 0;
             dirty = true;
@@ -87,12 +107,120 @@ fn check_inode(ctx: &mut Ctx, ino: u32) -> io::Result<()> {
             return Ok(());
         }
     }
+    if check_flags(ctx, ino, &mut inode, &mut dirty)? {
+        return Ok(());
+    }
+    dirty |= check_zero_fields(ctx, ino, &mut inode);
     dirty |= check_htree_flag(ctx, ino, &mut inode)?;
     dirty |= check_blocks(ctx, ino, &mut inode)?;
     if dirty {
         ctx.write_inode(ino, &inode);
     }
     Ok(())
+}
+
+/// Flags for features ext3 does not have. Returns whether the inode was
+/// cleared.
+fn check_flags(ctx: &mut Ctx, ino: u32, inode: &mut Inode, dirty: &mut bool) -> io::Result<bool> {
+    const CASEFOLD_FL: u32 = 0x4000_0000;
+    const IMAGIC_FL: u32 = 0x0000_2000;
+    let clear_inode = if inode.i_flags & flags::EXT4_INLINE_DATA_FL != 0 {
+        Some(format!(
+            "Inode {ino} has INLINE_DATA_FL flag on filesystem without inline data support.\n"
+        ))
+    } else if inode.i_flags & flags::EXT4_EXTENTS_FL != 0 {
+        Some(format!(
+            "Inode {ino} is in extent format, but superblock is missing EXTENTS feature\n"
+        ))
+    } else if inode.i_flags & flags::EXT4_EA_INODE_FL != 0 {
+        Some(format!(
+            "Inode {ino} has EA_INODE flag set on a filesystem without ea_inode.\n"
+        ))
+    } else {
+        None
+    };
+    if let Some(msg) = clear_inode {
+        if ctx.problems.ask(&msg, "Clear") {
+            ctx.clear_inode(ino)?;
+            return Ok(true);
+        }
+        return Ok(false);
+    }
+    let is_dir = inode.is_dir();
+    let mut drop_flag = |ctx: &mut Ctx, flag: u32, msg: String, question: &str| {
+        if inode.i_flags & flag != 0 && ctx.problems.ask_safe(&msg, question) {
+            inode.i_flags &= !flag;
+            *dirty = true;
+        }
+    };
+    if !is_dir {
+        drop_flag(
+            ctx,
+            CASEFOLD_FL,
+            format!("Inode {ino} has the casefold flag set but is not a directory.  "),
+            "Clear flag",
+        );
+        drop_flag(
+            ctx,
+            flags::EXT2_INDEX_FL,
+            format!("Inode {ino} has INDEX_FL flag set but is not a directory.\n"),
+            "Clear HTree index",
+        );
+    } else {
+        drop_flag(ctx, CASEFOLD_FL, format!("Directory {ino} has the casefold flag, but the\ncasefold feature is not enabled.  "), "Clear flag");
+    }
+    if !ctx
+        .sb
+        .has_compat(crate::format::superblock::feature::COMPAT_IMAGIC_INODES)
+    {
+        drop_flag(
+            ctx,
+            IMAGIC_FL,
+            format!("Inode {ino} has imagic flag set.  "),
+            "Clear",
+        );
+    }
+    Ok(false)
+}
+
+/// Fields ext3 leaves zero: i_faddr, the high half of i_file_acl, and a
+/// directory's high size (no largedir).
+fn check_zero_fields(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
+    let raw = ctx.raw_inode(ino);
+    let acl_hi = crate::format::bytes::le16(raw, 0x76);
+    let mut dirty = false;
+    if inode.i_faddr != 0 {
+        let msg = format!(
+            "i_faddr for inode {ino} is {}, should be zero.\n",
+            inode.i_faddr
+        );
+        if ctx.problems.ask(&msg, "Clear") {
+            inode.i_faddr = 0;
+            dirty = true;
+        }
+    }
+    if acl_hi != 0 {
+        let msg = format!("i_file_acl_hi for inode {ino} is {acl_hi}, should be zero.\n");
+        if ctx.problems.ask(&msg, "Clear") {
+            let mut bytes = inode.to_bytes();
+            crate::format::bytes::put_le16(&mut bytes, 0x76, 0);
+            if let Ok(fixed) = Inode::parse(&bytes) {
+                *inode = fixed;
+                dirty = true;
+            }
+        }
+    }
+    if inode.is_dir() && inode.i_size >> 32 != 0 {
+        let msg = format!(
+            "i_size_high for inode {ino} is {}, should be zero.\n",
+            inode.i_size >> 32
+        );
+        if ctx.problems.ask(&msg, "Clear") {
+            inode.i_size &= 0xffff_ffff;
+            dirty = true;
+        }
+    }
+    dirty
 }
 
 /// Reserved inodes below s_first_ino: in use whatever their link count.
@@ -107,6 +235,18 @@ fn check_reserved(ctx: &mut Ctx, ino: u32, mode: u16) -> io::Result<()> {
         _ => mode != 0,
     };
     let mut dirty = false;
+    let unused_journal =
+        ino == rsv::EXT2_JOURNAL_INO && !ctx.sb.has_compat(feature::COMPAT_HAS_JOURNAL);
+    let quota = matches!(ino, rsv::EXT4_USR_QUOTA_INO | rsv::EXT4_GRP_QUOTA_INO);
+    let has_data = inode.i_links_count != 0 || inode.i_blocks != 0 || inode.i_block[0] != 0;
+    if (unused_journal || quota) && has_data {
+        let what = if quota { "Quota" } else { "Journal" };
+        let msg = format!("{what} inode is not in use, but contains data.  ");
+        if ctx.problems.ask_safe(&msg, "Clear") {
+            ctx.write_inode(ino, &Inode::new(ctx.isz, 0));
+        }
+        return Ok(());
+    }
     if bad_mode {
         let msg = format!("Reserved inode {ino} (<reserved inode {ino}>) has invalid mode.  ");
         if ctx.problems.ask(&msg, "Clear") {
