@@ -129,6 +129,8 @@ pub struct Ctx<'a> {
     pub dups: BTreeSet<u32>,
     pub info: Vec<InodeInfo>,
     pub dir_blocks: Vec<DirBlock>,
+    /// Unmapped blocks inside directories: (inode, logical block).
+    pub dir_holes: Vec<(u32, u32)>,
     /// Extended attribute blocks and how many inodes refer to them.
     pub ea_refs: HashMap<u32, u32>,
     pub lost_found: u32,
@@ -172,6 +174,7 @@ impl<'a> Ctx<'a> {
             relocate: BTreeSet::new(),
             dups: BTreeSet::new(),
             dir_blocks: Vec::new(),
+            dir_holes: Vec::new(),
             ea_refs: HashMap::new(),
             lost_found: 0,
             sb_dirty: false,

@@ -254,9 +254,7 @@ fn check_reserved(ctx: &mut Ctx, ino: u32, mode: u16) -> io::Result<()> {
             dirty = true;
         }
     }
-    if ino == rsv::EXT2_BAD_INO || inode.i_mode != 0 || inode.i_block.iter().any(|&b| b != 0) {
-        dirty |= check_blocks(ctx, ino, &mut inode)?;
-    }
+    dirty |= check_blocks(ctx, ino, &mut inode)?;
     if dirty {
         ctx.write_inode(ino, &inode);
     }
@@ -371,6 +369,7 @@ fn check_blocks(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> 
         })?;
         dirty |= changed;
         if is_dir {
+            note_holes(ctx, ino, &dir_blocks);
             ctx.dir_blocks.extend(dir_blocks);
         }
     }
@@ -444,6 +443,23 @@ fn claim_block(
         mark_used(ctx, blk);
     }
     Act::Keep
+}
+
+/// Directory blocks below the last one that are not mapped: pass 2 offers
+/// to allocate them (only direct blocks can be given one).
+fn note_holes(ctx: &mut Ctx, ino: u32, blocks: &[DirBlock]) {
+    let Some(last) = blocks.iter().map(|d| d.lblk).max() else {
+        return;
+    };
+    let mut mapped = vec![false; last as usize + 1];
+    for d in blocks {
+        mapped[d.lblk as usize] = true;
+    }
+    for (lblk, m) in mapped.iter().enumerate() {
+        if !m {
+            ctx.dir_holes.push((ino, lblk as u32));
+        }
+    }
 }
 
 pub fn mark_used(ctx: &mut Ctx, blk: u32) {

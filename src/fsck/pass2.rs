@@ -16,6 +16,7 @@ use super::context::{Ctx, DirBlock};
 
 pub fn run(ctx: &mut Ctx) -> io::Result<()> {
     ctx.problems.say("Pass 2: Checking directory structure");
+    fill_holes(ctx)?;
     let mut blocks = std::mem::take(&mut ctx.dir_blocks);
     blocks.sort_unstable();
     let total = blocks.len() as u64;
@@ -28,6 +29,50 @@ pub fn run(ctx: &mut Ctx) -> io::Result<()> {
         }
     }
     ctx.dir_blocks = blocks;
+    Ok(())
+}
+
+/// e2fsck's `allocate_dir_block`: a new, empty block for each hole (with
+/// "." and ".." for the first; pass 3 fixes "..").
+fn fill_holes(ctx: &mut Ctx) -> io::Result<()> {
+    for (ino, lblk) in std::mem::take(&mut ctx.dir_holes) {
+        if !ctx.info[ino as usize].is_dir() {
+            continue;
+        }
+        let msg = format!("Directory inode {ino} has an unallocated block #{lblk}.  ");
+        if !ctx.problems.ask(&msg, "Allocate") {
+            continue;
+        }
+        if lblk as usize >= crate::format::indirect::EXT3_NDIR_BLOCKS {
+            ctx.problems.unfixable(&format!(
+                "Cannot allocate block #{lblk} of directory inode {ino}: only direct blocks are supported"
+            ));
+            continue;
+        }
+        let (g, _) = ctx.sb.inode_group(ino);
+        let Some(blk) = ctx.alloc_block(g.0) else {
+            ctx.problems
+                .unfixable(&format!("No free block for directory inode {ino}"));
+            continue;
+        };
+        let bs = ctx.bs as usize;
+        let block = if lblk == 0 {
+            de::new_dir_block(
+                bs,
+                crate::format::InodeNo(ino),
+                crate::format::InodeNo(EXT2_ROOT_INO),
+            )
+        } else {
+            de::init_block(bs)
+        }
+        .map_err(|e| io::Error::other(e.to_string()))?;
+        ctx.write_block(blk, &block)?;
+        let mut inode = ctx.inode(ino);
+        inode.i_block[lblk as usize] = blk;
+        inode.i_blocks += u64::from(ctx.bs / 512);
+        ctx.write_inode(ino, &inode);
+        ctx.dir_blocks.push(DirBlock { blk, ino, lblk });
+    }
     Ok(())
 }
 
