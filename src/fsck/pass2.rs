@@ -113,11 +113,31 @@ fn head(buf: &[u8], off: usize) -> Head {
     }
 }
 
+/// Makes the entry at `off` name `ino` as "." or "..", NUL-terminated as
+/// e2fsck writes them.
 fn set_entry(buf: &mut [u8], off: usize, ino: u32, name: &[u8]) {
     put_le32(buf, off, ino);
     buf[off + 6] = name.len() as u8;
     buf[off + 7] = de::EXT2_FT_UNKNOWN;
     buf[off + 8..off + 8 + name.len()].copy_from_slice(name);
+    buf[off + 8 + name.len()] = 0;
+}
+
+/// "." and ".." must be followed by a NUL inside their record.
+fn check_nul(ctx: &mut Ctx, b: &mut Block, off: usize, name: &[u8]) {
+    let at = off + 8 + name.len();
+    if b.buf[at] == 0 {
+        return;
+    }
+    let what = String::from_utf8_lossy(name);
+    let msg = format!(
+        "'{what}' directory entry in directory inode {} is not NULL terminated\n",
+        b.db.ino
+    );
+    if ctx.problems.ask(&msg, "Fix") {
+        b.buf[at] = 0;
+        b.modified = true;
+    }
 }
 
 struct Block<'b> {
@@ -155,7 +175,10 @@ fn check_dir_block(ctx: &mut Ctx, db: &DirBlock) -> io::Result<()> {
             if !ctx.problems.ask(&msg, "Salvage") {
                 break;
             }
-            salvage(ctx, &mut b.buf, &mut off, prev, h);
+            // A broken ".." must not be absorbed by ".": leave an empty
+            // entry there for check_dotdot to fill.
+            let absorb = if position == 1 { None } else { prev };
+            salvage(ctx, &mut b.buf, &mut off, absorb, h);
             b.modified = true;
             continue;
         }
@@ -237,11 +260,14 @@ fn check_dot(ctx: &mut Ctx, b: &mut Block, off: usize) {
             b.modified = true;
             created = true;
         }
-    } else if h.ino != dir {
-        let msg = format!("Bad inode number for '.' in directory inode {dir}.\n");
-        if ctx.problems.ask(&msg, "Fix") {
-            put_le32(&mut b.buf, off, dir);
-            b.modified = true;
+    } else {
+        check_nul(ctx, b, off, b".");
+        if h.ino != dir {
+            let msg = format!("Bad inode number for '.' in directory inode {dir}.\n");
+            if ctx.problems.ask(&msg, "Fix") {
+                put_le32(&mut b.buf, off, dir);
+                b.modified = true;
+            }
         }
     }
     let rec_len = usize::from(le16(&b.buf, off + 4));
@@ -282,7 +308,10 @@ fn check_dotdot(ctx: &mut Ctx, b: &mut Block, off: usize) {
                 b.modified = true;
             }
         }
-        None => ctx.info[dir as usize].dotdot = h.ino,
+        None => {
+            check_nul(ctx, b, off, b"..");
+            ctx.info[dir as usize].dotdot = h.ino;
+        }
     }
 }
 
