@@ -49,17 +49,20 @@ fn check_inode(ctx: &mut Ctx, ino: u32) -> io::Result<()> {
         }
         return Ok(());
     }
-    if ino < first && ino != rsv::EXT2_ROOT_INO {
-        return check_reserved(ctx, ino, mode);
-    }
     // A small dtime is an orphan list link that was never processed.
-    if dtime != 0 && dtime < ctx.sb.s_inodes_count && low_dtime_check(ctx) {
+    let low_dtime = dtime != 0 && dtime < ctx.sb.s_inodes_count && low_dtime_check(ctx);
+    if low_dtime {
         let msg = format!("Inode {ino} was part of the orphaned inode list.  ");
         if ctx.problems.ask_safe(&msg, "Fix") {
             let mut inode = ctx.inode(ino);
             inode.i_dtime = if links != 0 { 0 } else { ctx.now };
             ctx.write_inode(ino, &inode);
         }
+    }
+    if ino < first && ino != rsv::EXT2_ROOT_INO {
+        return check_reserved(ctx, ino, mode);
+    }
+    if low_dtime {
         if links != 0 {
             return check_in_use(ctx, ino, ctx.raw_dtime(ino));
         }
@@ -111,6 +114,7 @@ fn check_in_use(ctx: &mut Ctx, ino: u32, dtime: u32) -> io::Result<()> {
         return Ok(());
     }
     dirty |= check_zero_fields(ctx, ino, &mut inode);
+    dirty |= check_special(ctx, ino, &mut inode);
     dirty |= check_htree_flag(ctx, ino, &mut inode)?;
     dirty |= check_blocks(ctx, ino, &mut inode)?;
     if dirty {
@@ -183,6 +187,32 @@ fn check_flags(ctx: &mut Ctx, ino: u32, inode: &mut Inode, dirty: &mut bool) -> 
     Ok(false)
 }
 
+/// Device, fifo and socket inodes have no size; they and symlinks may not
+/// be immutable or append-only (e2fsck's `check_size`, `check_immutable`).
+fn check_special(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
+    let special = matches!(
+        inode.file_type(),
+        fi::S_IFCHR | fi::S_IFBLK | fi::S_IFIFO | fi::S_IFSOCK
+    );
+    let mut dirty = false;
+    let sticky = flags::EXT2_IMMUTABLE_FL | flags::EXT2_APPEND_FL;
+    if (special || inode.is_symlink()) && inode.i_flags & sticky != 0 {
+        let msg = format!("Special (device/socket/fifo/symlink) file (inode {ino}) has immutable\nor append-only flag set.  ");
+        if ctx.problems.ask_safe(&msg, "Clear") {
+            inode.i_flags &= !sticky;
+            dirty = true;
+        }
+    }
+    if special && inode.i_size != 0 {
+        let msg = format!("Special (device/socket/fifo) inode {ino} has non-zero size.  ");
+        if ctx.problems.ask_safe(&msg, "Fix") {
+            inode.i_size = 0;
+            dirty = true;
+        }
+    }
+    dirty
+}
+
 /// Fields ext3 leaves zero: i_faddr, the high half of i_file_acl, and a
 /// directory's high size (no largedir).
 fn check_zero_fields(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
@@ -235,6 +265,15 @@ fn check_reserved(ctx: &mut Ctx, ino: u32, mode: u16) -> io::Result<()> {
         _ => mode != 0,
     };
     let mut dirty = false;
+    if ino == rsv::EXT2_BAD_INO && inode.i_mode != 0 && !inode.is_reg() {
+        if ctx
+            .problems
+            .ask_safe("The bad block inode looks invalid.  ", "Clear")
+        {
+            ctx.write_inode(ino, &Inode::new(ctx.isz, 0));
+        }
+        return Ok(());
+    }
     let unused_journal =
         ino == rsv::EXT2_JOURNAL_INO && !ctx.sb.has_compat(feature::COMPAT_HAS_JOURNAL);
     let quota = matches!(ino, rsv::EXT4_USR_QUOTA_INO | rsv::EXT4_GRP_QUOTA_INO);
@@ -360,7 +399,7 @@ fn check_blocks(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> 
         t.blocks += 1;
     }
     let is_dir = inode.is_dir();
-    if has_block_map(inode, ctx.bs) {
+    if has_block_map(inode, ctx.bs) || ino == rsv::EXT2_BAD_INO {
         let resize = ino == rsv::EXT2_RESIZE_INO;
         let mut dir_blocks = Vec::new();
         let changed = walk(ctx, &mut inode.i_block, false, &mut |ctx, blk, claim| {
