@@ -9,8 +9,9 @@
 # (4 threads, no fsync, FILES files of SIZE bytes spread over subdirectories),
 # or with a shell loop when fs_mark is missing. Both checkers then run
 # RUNS times each, alternately, after one warm-up run each (the image is in
-# the page cache for all timed runs). Prints each run's wall time, the
-# medians and the ratio e2fsck / fsck-jbdfs (above 1: fsck-jbdfs is faster).
+# the page cache for all timed runs). Prints each run's wall and CPU time
+# (user + system: steadier when other work shares the cores), the medians
+# and the ratios e2fsck / fsck-jbdfs (above 1: fsck-jbdfs is faster).
 # Needs root (loop mount). Environment: FILES (default 120000), SIZE (4096),
 # RUNS (5), FSCK (the fsck-jbdfs binary), JBDFS_WORKDIR.
 set -eu
@@ -56,27 +57,27 @@ fi
 e2fsck -fn "$IMG" >/dev/null 2>&1 || die "$IMG is not clean for e2fsck -fn"
 "$FSCK" -fn "$IMG" | tail -1
 
-seconds() { # seconds CMD...: wall time of one run
-    local t0 t1
-    t0=$(date +%s.%N)
-    "$@" >/dev/null 2>&1 || true
-    t1=$(date +%s.%N)
-    echo "$t1 - $t0" | bc -l
+seconds() { # seconds CMD...: "wall cpu" of one run (cpu = user + system)
+    local TIMEFORMAT='%R %U %S' t
+    t=$( { time "$@" >/dev/null 2>&1; } 2>&1 ) || true
+    echo "$t" | awk '{ printf "%.3f %.3f\n", $1, $2 + $3 }'
 }
 median() { sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'; }
 
 section "warm-up"
 seconds e2fsck -fn "$IMG" >/dev/null
 seconds "$FSCK" -fn "$IMG" >/dev/null
-section "timed runs (seconds)"
-ours=() theirs=()
+section "timed runs (seconds: wall, cpu = user + system)"
+ew=() ec=() fw=() fc=()
 for r in $(seq 1 "$RUNS"); do
-    e=$(seconds e2fsck -fn "$IMG")
-    f=$(seconds "$FSCK" -fn "$IMG")
-    printf 'run %d: e2fsck -fn %.3f   fsck-jbdfs -fn %.3f\n' "$r" "$e" "$f"
-    theirs+=("$e") ours+=("$f")
+    read -r a b < <(seconds e2fsck -fn "$IMG")
+    read -r c d < <(seconds "$FSCK" -fn "$IMG")
+    printf 'run %d: e2fsck -fn %s wall %s cpu   fsck-jbdfs -fn %s wall %s cpu\n' "$r" "$a" "$b" "$c" "$d"
+    ew+=("$a") ec+=("$b") fw+=("$c") fc+=("$d")
 done
-me=$(printf '%s\n' "${theirs[@]}" | median)
-mf=$(printf '%s\n' "${ours[@]}" | median)
-printf '\nmedian: e2fsck -fn %.3f s, fsck-jbdfs -fn %.3f s, ratio e2fsck/fsck-jbdfs %.2f\n' \
-    "$me" "$mf" "$(echo "$me / $mf" | bc -l)"
+m() { printf '%s\n' "$@" | median; }
+mew=$(m "${ew[@]}") mec=$(m "${ec[@]}") mfw=$(m "${fw[@]}") mfc=$(m "${fc[@]}")
+printf '\nmedian wall: e2fsck -fn %s s, fsck-jbdfs -fn %s s, ratio e2fsck/fsck-jbdfs %.2f\n' \
+    "$mew" "$mfw" "$(echo "$mew / $mfw" | bc -l)"
+printf 'median cpu:  e2fsck -fn %s s, fsck-jbdfs -fn %s s, ratio e2fsck/fsck-jbdfs %.2f\n' \
+    "$mec" "$mfc" "$(echo "$mec / $mfc" | bc -l)"
