@@ -174,4 +174,43 @@ fn damaged_corpus_agrees_with_e2fsck_and_is_repaired() {
     eprintln!("{out}");
     assert!(o.status.success(), "corpus check failed:\n{}", text(&o));
     assert!(out.contains("agreement"), "{}", text(&o));
+    repaired_images_mount(&dir.0);
+}
+
+/// Every repairable image of the corpus, once `fsck -fy` is done with it,
+/// mounts in jbdfs (read-only, in process) with a root directory.
+fn repaired_images_mount(dir: &Path) {
+    use std::sync::Arc;
+    let mut mounted = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".img") || name.contains("truncated") || name.contains("not-ext3") {
+            continue;
+        }
+        let o = run(FSCK, &["-fy", &path.to_string_lossy()]);
+        assert!(
+            matches!(o.status.code(), Some(0 | 1)),
+            "{name}: fsck -fy: {}",
+            text(&o)
+        );
+        let mem = Arc::new(jbdfs::device::MemoryDevice::from_vec(
+            std::fs::read(&path).unwrap(),
+        ));
+        let cfg = jbdfs::fs::MountConfig {
+            read_only: true,
+            ..Default::default()
+        };
+        let fs = jbdfs::fs::Filesystem::mount(mem, &cfg)
+            .unwrap_or_else(|e| panic!("{name}: jbdfs cannot mount the repaired image: {e}"));
+        let root = fs
+            .getattr(jbdfs::format::InodeNo(2))
+            .unwrap_or_else(|e| panic!("{name}: root after repair: {e}"));
+        assert!(
+            root.is_dir(),
+            "{name}: root is not a directory after repair"
+        );
+        mounted += 1;
+    }
+    assert!(mounted > 0, "no repaired image was mounted");
 }
