@@ -35,7 +35,8 @@ fill() {
         local per=$((FILES / 4)) t
         for t in 0 1 2 3; do mkdir -p "$mnt/t$t"; done
         fs_mark -d "$mnt/t0" -d "$mnt/t1" -d "$mnt/t2" -d "$mnt/t3" \
-            -n "$per" -s "$SIZE" -S 0 -D 64 -N 256 -k -L 1 >/dev/null
+            -n "$per" -s "$SIZE" -S 0 -D 64 -N 256 -k -L 1 -l "$mnt.fs_mark.log" >/dev/null
+        rm -f "$mnt.fs_mark.log"
     else
         local i
         for i in $(seq 1 "$FILES"); do
