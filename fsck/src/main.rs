@@ -5,6 +5,13 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::Parser;
+
+/// println! that does not panic when stdout is a closed pipe.
+macro_rules! say {
+    ($($t:tt)*) => {
+        jbdfs::fsck::problem::out(&format!($($t)*))
+    };
+}
 use jbdfs::device::{FileDevice, OpenOptions};
 use jbdfs::fsck::{self, exit, FsckError, FsckOptions, Mode};
 
@@ -86,29 +93,45 @@ fn run(args: &Args) -> u8 {
     let opts = FsckOptions {
         mode,
         force: args.force,
+        echo: mode != Mode::Preen || args.verbose,
+        progress_fd: args.progress_fd,
+        name: name.clone(),
     };
     match fsck::check(&dev, &opts) {
         Ok(report) => {
-            for p in &report.problems {
-                println!("{p}");
-            }
             if report.skipped_clean {
-                println!(
+                say!(
                     "{name}: clean, {}",
                     report.summary("").trim_start_matches(": ")
                 );
-            } else {
-                println!("{}", report.summary(&name));
+                return report.exit_code();
             }
+            if report.fixed > 0 && report.bytes_written > 0 {
+                say!("\n{name}: ***** FILE SYSTEM WAS MODIFIED *****");
+            }
+            if report.unfixed > 0 {
+                say!("\n{name}: ********** WARNING: Filesystem still has errors **********\n");
+            }
+            say!("{}", report.summary(&name));
             report.exit_code()
         }
         Err(FsckError::Unsupported(f)) => {
             eprintln!("fsck.jbdfs: {name} has unsupported feature(s): {f}");
+            eprintln!("fsck.jbdfs: Get a newer version of e2fsck to check it; fsck.jbdfs checks ext3 only.");
+            exit::ERROR
+        }
+        Err(FsckError::Abort(msg)) => {
+            say!("{msg}");
+            say!("Abort? yes\n");
+            exit::ERROR
+        }
+        Err(FsckError::Io(e)) => {
+            eprintln!("fsck.jbdfs: {e} while checking {name}");
             exit::ERROR
         }
         Err(e) => {
             eprintln!("fsck.jbdfs: {e}");
-            eprintln!("fsck.jbdfs: {name} does not hold a valid ext3 filesystem");
+            eprintln!("fsck.jbdfs: {name} does not hold a valid ext3 filesystem (the superblock could not be read or is invalid)");
             exit::ERROR
         }
     }

@@ -9,6 +9,7 @@ pub mod devsim;
 pub mod fault;
 pub mod file;
 pub mod memory;
+pub mod overlay;
 pub mod record;
 
 use std::io::{self, IoSlice};
@@ -17,6 +18,7 @@ pub use devsim::{DevSimParams, SimDevice};
 pub use fault::{FaultDevice, FaultOp, FaultPlan};
 pub use file::{FileDevice, OpenOptions};
 pub use memory::MemoryDevice;
+pub use overlay::OverlayDevice;
 pub use record::{Event, RecordingDevice};
 
 /// Storage addressed by byte offset.

@@ -1,15 +1,39 @@
-//! fsck.jbdfs: check an ext3 filesystem, with e2fsck's flags and exit codes.
+//! fsck.jbdfs: check and repair an ext3 filesystem like e2fsck, with its
+//! flags, messages and exit codes.
 //!
-//! This first version reads and validates the superblock and the group
-//! descriptor table and reports the filesystem's usage; the five passes and
-//! repairs build on it.
+//! Everything is done against an in-memory [`OverlayDevice`] over the
+//! image: the journal is replayed into it, the passes read through it and
+//! write their repairs to it. With -n the overlay is dropped, so not a byte
+//! changes; with -y or -p it is written back in one sweep at the end.
+//!
+//! The order is e2fsck's: the superblock (or a backup) and the journal;
+//! the orphan list; pass 1 (inodes and block maps) and 1B-1D (blocks
+//! claimed twice); pass 2 (directory entries); pass 3 (connectivity);
+//! pass 4 (link counts); pass 5 (bitmaps and summary counts).
+
+pub mod context;
+pub mod journal;
+pub mod orphan;
+pub mod pass1;
+pub mod pass1b;
+pub mod pass2;
+pub mod pass3;
+pub mod pass4;
+pub mod pass5;
+pub mod problem;
+pub mod progress;
+pub mod super_check;
+pub mod walk;
 
 use std::io;
 
-use crate::device::BlockDevice;
-use crate::format::group_desc::GroupDesc;
+use crate::device::{BlockDevice, OverlayDevice};
+use crate::format::group_desc::{table_to_bytes, GroupDesc};
 use crate::format::superblock::{self as sbm, feature, Superblock};
-use crate::format::{Corruption, GroupNo};
+use crate::format::Corruption;
+
+use context::Ctx;
+use problem::Problems;
 
 /// e2fsck's exit status bits.
 pub mod exit {
@@ -39,6 +63,12 @@ pub struct FsckOptions {
     pub mode: Mode,
     /// -f: check even if the filesystem seems clean.
     pub force: bool,
+    /// Print messages as they are found (the command line does).
+    pub echo: bool,
+    /// -C FD: progress on this descriptor (0: the terminal).
+    pub progress_fd: Option<i32>,
+    /// The name messages use for the device.
+    pub name: String,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -47,6 +77,8 @@ pub enum FsckError {
     Corrupt(#[from] Corruption),
     #[error("the filesystem has unsupported features: {0}")]
     Unsupported(String),
+    #[error("{0}")]
+    Abort(String),
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
 }
@@ -57,33 +89,54 @@ pub struct Report {
     /// Problems found, one message each, in e2fsck's style.
     pub problems: Vec<String>,
     pub fixed: usize,
+    /// Problems left that leave the filesystem in error.
+    pub unfixed: usize,
+    /// Bytes written back to the device.
+    pub bytes_written: u64,
+    /// The journal held a log that was (or, with -n, would be) replayed.
+    pub journal_replayed: bool,
     pub inodes_used: u64,
     pub inodes_count: u64,
     pub blocks_used: u64,
     pub blocks_count: u64,
+    /// Files with non-contiguous blocks.
+    pub fragmented: u64,
     /// Whether the check was skipped because the filesystem is clean.
     pub skipped_clean: bool,
+    /// Preen stopped at a problem it may not fix alone; nothing was written
+    /// but the error state.
+    pub halted: bool,
 }
 
 impl Report {
     /// The exit status e2fsck would give.
     pub fn exit_code(&self) -> u8 {
-        let unfixed = self.problems.len() - self.fixed.min(self.problems.len());
+        // As e2fsck: replaying the journal and processing the orphan list
+        // alone leave the status 0; any problem fixed makes it 1.
         let mut code = exit::OK;
-        if self.fixed > 0 {
+        if self.fixed > 0 && !self.halted {
             code |= exit::NONDESTRUCT;
         }
-        if unfixed > 0 {
+        if self.unfixed > 0 {
             code |= exit::UNCORRECTED;
         }
         code
     }
 
-    /// e2fsck's closing line: "N/M files (0.0% non-contiguous), N/M blocks".
+    /// e2fsck's closing line: "N/M files (X% non-contiguous), N/M blocks".
     pub fn summary(&self, name: &str) -> String {
+        // e2fsck rounds per ten thousand to per mille.
+        let per_mille = (self.fragmented * 10000)
+            .checked_div(self.inodes_used)
+            .map_or(0, |x| (x + 5) / 10);
         format!(
-            "{name}: {}/{} files (0.0% non-contiguous), {}/{} blocks",
-            self.inodes_used, self.inodes_count, self.blocks_used, self.blocks_count
+            "{name}: {}/{} files ({}.{}% non-contiguous), {}/{} blocks",
+            self.inodes_used,
+            self.inodes_count,
+            per_mille / 10,
+            per_mille % 10,
+            self.blocks_used,
+            self.blocks_count
         )
     }
 }
@@ -118,133 +171,169 @@ pub fn check_features(sb: &Superblock) -> Result<(), FsckError> {
     }
 }
 
-/// Reads the group descriptor table after the primary superblock.
-pub fn read_group_descs(
-    dev: &dyn BlockDevice,
-    sb: &Superblock,
-) -> Result<Vec<GroupDesc>, FsckError> {
-    Ok(crate::fs::mount::read_group_desc_table(dev, sb)?)
-}
-
-/// Checks the superblock and the group descriptors.
+/// Checks (and with -y/-p repairs) the filesystem on `dev`. With -n, `dev`
+/// is only read.
 pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<Report, FsckError> {
-    let sb = read_superblock(dev)?;
-    check_features(&sb)?;
-    let mut report = Report {
-        inodes_count: sb.s_inodes_count as u64,
-        blocks_count: sb.s_blocks_count as u64,
-        inodes_used: sb.s_inodes_count.saturating_sub(sb.s_free_inodes_count) as u64,
-        blocks_used: sb.s_blocks_count.saturating_sub(sb.s_free_blocks_count) as u64,
-        ..Default::default()
+    let overlay = OverlayDevice::new(dev);
+    let name = if opts.name.is_empty() {
+        "filesystem".to_string()
+    } else {
+        opts.name.clone()
     };
+    let mut problems = Problems::new(opts);
+    let found = super_check::find_superblock(&overlay, &name, &mut problems)?;
+    check_features(&found.sb)?;
+    check_size(&found.sb, dev)?;
+    let sb_block = found.backup.unwrap_or(found.sb.s_first_data_block);
+    let mut descs = super_check::read_descs(&overlay, &found.sb, sb_block)?;
+    let mut sb = found.sb;
+    if found.backup.is_some() && opts.mode != Mode::No {
+        write_super_and_descs(&overlay, &sb, &descs)?;
+    }
+    let outcome = journal::replay(&overlay, &sb, &name, &mut problems)?;
+    if outcome.replayed || outcome.reset || outcome.recreate {
+        // Replay may have rewritten the superblock and descriptors.
+        sb = read_superblock(&overlay).unwrap_or(sb);
+        descs = super_check::read_descs(&overlay, &sb, sb.s_first_data_block).unwrap_or(descs);
+    }
+    if outcome.reset && sb.has_incompat(feature::INCOMPAT_RECOVER) {
+        sb.s_feature_incompat &= !feature::INCOMPAT_RECOVER;
+        overlay.write_at(&sb.to_bytes(), sbm::SUPERBLOCK_OFFSET)?;
+    }
     let clean = sb.s_state & sbm::EXT2_VALID_FS != 0 && sb.s_state & sbm::EXT2_ERROR_FS == 0;
-    if clean && !opts.force {
-        report.skipped_clean = true;
-        return Ok(report);
+    if clean
+        && !opts.force
+        && !outcome.replayed
+        && found.backup.is_none()
+        && !problems_pending(&problems)
+    {
+        return Ok(skipped(&sb));
     }
-    if sb.block_size() as u64 * sb.s_blocks_count as u64 > dev.size() {
-        report.problems.push(format!(
-            "The filesystem size (according to the superblock) is {} blocks\nThe physical size of the device is {} blocks",
-            sb.s_blocks_count,
-            dev.size() / sb.block_size() as u64
-        ));
+    let mut use_backup_descs = false;
+    if !super_check::descs_valid(&sb, &descs) {
+        if let Some(backup) = super_check::backup_descs(&overlay, &sb) {
+            problems.say("fsck.jbdfs: Group descriptors look bad... trying backup blocks...");
+            let msg = "One or more block group descriptor checksums are invalid or point outside their group.\n";
+            if problems.ask(msg, "Use the backup group descriptors from group 1") {
+                descs = backup;
+                use_backup_descs = true;
+            }
+        }
     }
-    let descs = read_group_descs(dev, &sb)?;
-    check_groups(&sb, &descs, &mut report);
+    let mut ctx = Ctx::new(&overlay, &name, opts, sb, descs);
+    ctx.problems = problems;
+    ctx.descs_dirty |= use_backup_descs;
+    ctx.sb_dirty |= found.backup.is_some();
+    run_passes(&mut ctx, outcome.recreate)?;
+    finish(&mut ctx, overlay.is_dirty())?;
+    ctx.problems.bar.clear();
+    let mut report = report_of(&ctx);
+    report.journal_replayed = outcome.replayed;
+    report.halted = ctx.problems.halted;
+    if ctx.problems.halted {
+        // As e2fsck -p: leave the repairs to a manual run, and mark the
+        // filesystem as having errors so that it is checked.
+        drop(ctx);
+        overlay.discard();
+        if let Ok(mut sb) = read_superblock(dev) {
+            sb.s_state |= sbm::EXT2_ERROR_FS;
+            dev.write_at(&sb.to_bytes(), sbm::SUPERBLOCK_OFFSET)?;
+            dev.flush()?;
+        }
+    } else if opts.mode != Mode::No {
+        report.bytes_written = overlay.commit(dev)?;
+    }
     Ok(report)
 }
 
-fn check_groups(sb: &Superblock, descs: &[GroupDesc], report: &mut Report) {
-    let (mut free_blocks, mut free_inodes) = (0u64, 0u64);
-    for (i, d) in descs.iter().enumerate() {
-        let g = GroupNo(i as u32);
-        let first = sb.group_first_block(g).0;
-        let last = first + sb.blocks_in_group(g);
-        let inside = |b: u32, n: u32| b >= first && b.checked_add(n).is_some_and(|e| e <= last);
-        let checks = [
-            ("Block bitmap", d.bg_block_bitmap, 1),
-            ("Inode bitmap", d.bg_inode_bitmap, 1),
-            ("Inode table", d.bg_inode_table, sb.inode_table_blocks()),
-        ];
-        for (what, block, n) in checks {
-            if !inside(block, n) {
-                report.problems.push(format!(
-                    "{what} for group {i} is not in group.  (block {block})"
-                ));
-            }
-        }
-        if d.bg_free_blocks_count as u32 > sb.blocks_in_group(g) {
-            report.problems.push(format!(
-                "Free blocks count wrong for group #{i} ({})",
-                d.bg_free_blocks_count
-            ));
-        }
-        if d.bg_free_inodes_count as u32 > sb.s_inodes_per_group {
-            report.problems.push(format!(
-                "Free inodes count wrong for group #{i} ({})",
-                d.bg_free_inodes_count
-            ));
-        }
-        free_blocks += d.bg_free_blocks_count as u64;
-        free_inodes += d.bg_free_inodes_count as u64;
+fn problems_pending(p: &Problems) -> bool {
+    p.fixed + p.unfixed > 0
+}
+
+fn skipped(sb: &Superblock) -> Report {
+    Report {
+        inodes_count: u64::from(sb.s_inodes_count),
+        blocks_count: u64::from(sb.s_blocks_count),
+        inodes_used: u64::from(sb.s_inodes_count.saturating_sub(sb.s_free_inodes_count)),
+        blocks_used: u64::from(sb.s_blocks_count.saturating_sub(sb.s_free_blocks_count)),
+        skipped_clean: true,
+        ..Default::default()
     }
-    report.blocks_used = report.blocks_count.saturating_sub(free_blocks);
-    report.inodes_used = report.inodes_count.saturating_sub(free_inodes);
+}
+
+/// A device smaller than the filesystem cannot be checked or repaired
+/// (e2fsck asks to abort, and with -y does).
+fn check_size(sb: &Superblock, dev: &dyn BlockDevice) -> Result<(), FsckError> {
+    let bs = u64::from(sb.block_size());
+    let physical = dev.size() / bs;
+    if u64::from(sb.s_blocks_count) > physical {
+        return Err(FsckError::Abort(format!(
+            "The filesystem size (according to the superblock) is {} blocks\nThe physical size of the device is {physical} blocks\nEither the superblock or the partition table is likely to be corrupt!",
+            sb.s_blocks_count
+        )));
+    }
+    Ok(())
+}
+
+fn run_passes(ctx: &mut Ctx, new_journal: bool) -> io::Result<()> {
+    super_check::mark_metadata(ctx);
+    ctx.load_inode_tables()?;
+    if ctx.problems.mode() != Mode::No {
+        orphan::release(ctx)?;
+    }
+    pass1::run(ctx)?;
+    super_check::relocate_tables(ctx)?;
+    pass1b::run(ctx)?;
+    pass2::run(ctx)?;
+    pass3::run(ctx)?;
+    pass4::run(ctx)?;
+    if new_journal {
+        journal::recreate(ctx)?;
+    }
+    ctx.flush_inodes()?;
+    pass5::run(ctx)?;
+    Ok(())
+}
+
+/// Writes the inodes, descriptors and superblock the passes changed.
+fn finish(ctx: &mut Ctx, dev_dirty: bool) -> io::Result<()> {
+    ctx.flush_inodes()?;
+    if ctx.problems.mode() == Mode::No || !(ctx.sb_dirty || ctx.descs_dirty || dev_dirty) {
+        return Ok(());
+    }
+    let sb = &mut ctx.sb;
+    sb.s_state |= sbm::EXT2_VALID_FS;
+    sb.s_state &= !sbm::EXT2_ERROR_FS;
+    sb.s_lastcheck = ctx.now;
+    sb.s_mnt_count = 0;
+    write_super_and_descs(ctx.dev, &ctx.sb, &ctx.descs)
+}
+
+fn write_super_and_descs(
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+    descs: &[GroupDesc],
+) -> io::Result<()> {
+    dev.write_at(&sb.to_bytes(), sbm::SUPERBLOCK_OFFSET)?;
+    let bs = sb.block_size() as usize;
+    let table = table_to_bytes(descs, bs, sb.gdt_blocks() as usize);
+    dev.write_at(&table, (u64::from(sb.s_first_data_block) + 1) * bs as u64)
+}
+
+fn report_of(ctx: &Ctx) -> Report {
+    let sb = &ctx.sb;
+    Report {
+        problems: ctx.problems.messages.clone(),
+        fixed: ctx.problems.fixed,
+        unfixed: ctx.problems.unfixed,
+        inodes_count: u64::from(sb.s_inodes_count),
+        blocks_count: u64::from(sb.s_blocks_count),
+        inodes_used: u64::from(sb.s_inodes_count.saturating_sub(sb.s_free_inodes_count)),
+        blocks_used: u64::from(sb.s_blocks_count.saturating_sub(sb.s_free_blocks_count)),
+        fragmented: ctx.fragmented,
+        ..Default::default()
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::device::MemoryDevice;
-    use crate::mkfs::{format, plan, MkfsOptions, Zeroed};
-    use crate::util::Progress;
-
-    fn image() -> MemoryDevice {
-        let o = MkfsOptions::default();
-        let dev = MemoryDevice::new(32 << 20).unwrap();
-        let g = plan(&o, 32 << 20).unwrap();
-        format(&dev, &o, &g, Zeroed::All, &mut Progress::quiet()).unwrap();
-        dev
-    }
-
-    #[test]
-    fn fresh_image_is_clean() {
-        let dev = image();
-        let r = check(
-            &dev,
-            &FsckOptions {
-                force: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        assert!(r.problems.is_empty(), "{:?}", r.problems);
-        assert_eq!(r.exit_code(), 0);
-        assert_eq!(r.inodes_used, 11);
-    }
-
-    #[test]
-    fn damaged_descriptor_is_reported() {
-        let dev = image();
-        // Group 0's inode table pointer, in the table at block 2 (1 KiB blocks).
-        dev.write_at(&u32::MAX.to_le_bytes(), 2048 + 8).unwrap();
-        let r = check(
-            &dev,
-            &FsckOptions {
-                force: true,
-                ..Default::default()
-            },
-        )
-        .unwrap();
-        assert_eq!(r.exit_code(), exit::UNCORRECTED);
-    }
-
-    #[test]
-    fn not_ext3_is_an_error() {
-        let dev = MemoryDevice::new(1 << 20).unwrap();
-        assert!(matches!(
-            check(&dev, &FsckOptions::default()),
-            Err(FsckError::Corrupt(_))
-        ));
-    }
-}
+mod tests;

@@ -1,0 +1,216 @@
+//! fsck.jbdfs against real images: clean ones made by mke2fs and by jbdfs's
+//! mkfs (every block size and inode size) must exit 0 and be left as they
+//! are, and the damaged corpus of scripts/fsck-corpus.sh must be judged as
+//! e2fsck judges it and repaired to an image e2fsck finds clean.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+const FSCK: &str = env!("CARGO_BIN_EXE_fsck-jbdfs");
+
+/// A scratch directory removed on drop.
+struct Dir(PathBuf);
+
+impl Dir {
+    fn new(tag: &str) -> Self {
+        let base = if Path::new("/dev/shm").is_dir() {
+            PathBuf::from("/dev/shm")
+        } else {
+            std::env::temp_dir()
+        };
+        let d = base.join(format!("jbdfs-fsck-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Dir(d)
+    }
+}
+
+impl Drop for Dir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tools_missing() -> Option<&'static str> {
+    ["mke2fs", "debugfs", "e2fsck", "dumpe2fs"]
+        .into_iter()
+        .find(|t| {
+            !["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
+                .iter()
+                .any(|d| Path::new(d).join(t).exists())
+        })
+}
+
+fn run(prog: &str, args: &[&str]) -> Output {
+    Command::new(prog)
+        .args(args)
+        .env("LC_ALL", "C")
+        .env("PATH", "/usr/local/sbin:/usr/sbin:/sbin:/usr/bin:/bin")
+        .output()
+        .unwrap_or_else(|e| panic!("run {prog}: {e}"))
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "status: {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+/// A few directories and files, one large enough for indirect blocks.
+fn populate(img: &Path, dir: &Path) {
+    let data = dir.join("data");
+    std::fs::write(&data, vec![7u8; 300_000]).unwrap();
+    let cmds = format!(
+        "mkdir a\nmkdir a/b\nwrite {0} a/big\nwrite {0} f\nsymlink l /x/y\n",
+        data.display()
+    );
+    let script = dir.join("cmds");
+    std::fs::write(&script, cmds).unwrap();
+    let o = run(
+        "debugfs",
+        &[
+            "-w",
+            "-f",
+            &script.to_string_lossy(),
+            &img.to_string_lossy(),
+        ],
+    );
+    assert!(o.status.success(), "debugfs: {}", text(&o));
+}
+
+fn assert_clean_and_untouched(img: &Path, what: &str) {
+    let e = run("e2fsck", &["-fn", &img.to_string_lossy()]);
+    assert_eq!(e.status.code(), Some(0), "{what}: e2fsck: {}", text(&e));
+    let before = std::fs::read(img).unwrap();
+    for flags in ["-fn", "-fy", "-fp"] {
+        let o = run(FSCK, &[flags, &img.to_string_lossy()]);
+        assert_eq!(
+            o.status.code(),
+            Some(0),
+            "{what}: fsck {flags}: {}",
+            text(&o)
+        );
+        assert!(
+            std::fs::read(img).unwrap() == before,
+            "{what}: fsck {flags} changed the image"
+        );
+    }
+}
+
+#[test]
+fn clean_images_of_every_geometry_exit_0() {
+    if let Some(t) = tools_missing() {
+        eprintln!("skipping: {t} is not installed");
+        return;
+    }
+    let dir = Dir::new("clean");
+    for bs in [1024u32, 2048, 4096] {
+        for isz in [128u16, 256] {
+            let img = dir.0.join(format!("e2-{bs}-{isz}.img"));
+            let o = run(
+                "mke2fs",
+                &[
+                    "-q",
+                    "-F",
+                    "-t",
+                    "ext3",
+                    "-b",
+                    &bs.to_string(),
+                    "-I",
+                    &isz.to_string(),
+                    &img.to_string_lossy(),
+                    "48M",
+                ],
+            );
+            assert!(o.status.success(), "mke2fs: {}", text(&o));
+            populate(&img, &dir.0);
+            assert_clean_and_untouched(&img, &format!("mke2fs -b {bs} -I {isz}"));
+
+            let img = dir.0.join(format!("jb-{bs}-{isz}.img"));
+            let req = jbdfs::mkfs::Request {
+                options: jbdfs::mkfs::MkfsOptions {
+                    block_size: Some(bs),
+                    inode_size: isz,
+                    ..Default::default()
+                },
+                size: Some(48 << 20),
+                quiet: true,
+                ..Default::default()
+            };
+            jbdfs::mkfs::make_filesystem(&img, &req).unwrap();
+            assert_clean_and_untouched(&img, &format!("jbdfs mkfs -b {bs} -I {isz} (fresh)"));
+            populate(&img, &dir.0);
+            assert_clean_and_untouched(&img, &format!("jbdfs mkfs -b {bs} -I {isz}"));
+        }
+    }
+}
+
+/// The corpus check, bounded: two of the script's base images (1 KiB
+/// blocks with 128-byte inodes from mke2fs, and a jbdfs-made image), about
+/// 120 damaged images in all. FSCK_CORPUS_BASES picks others (1k,2k,4k,jbdfs).
+#[test]
+fn damaged_corpus_agrees_with_e2fsck_and_is_repaired() {
+    if let Some(t) = tools_missing() {
+        eprintln!("skipping: {t} is not installed");
+        return;
+    }
+    let dir = Dir::new("corpus");
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let script = root.join("scripts/fsck-corpus.sh");
+    let mkfs = Path::new(FSCK).with_file_name("mkfs-jbdfs");
+    let default_bases = if mkfs.exists() { "1k,jbdfs" } else { "1k,4k" };
+    let bases = std::env::var("FSCK_CORPUS_BASES").unwrap_or_else(|_| default_bases.to_string());
+    let o = Command::new("bash")
+        .arg(&script)
+        .args(["all", &dir.0.to_string_lossy(), &bases])
+        .env("FSCK", FSCK)
+        .env("MKFS", &mkfs)
+        .env("TIMEOUT", "60")
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    eprintln!("{out}");
+    assert!(o.status.success(), "corpus check failed:\n{}", text(&o));
+    assert!(out.contains("agreement"), "{}", text(&o));
+    repaired_images_mount(&dir.0);
+}
+
+/// Every repairable image of the corpus, once `fsck -fy` is done with it,
+/// mounts in jbdfs (read-only, in process) with a root directory.
+fn repaired_images_mount(dir: &Path) {
+    use std::sync::Arc;
+    let mut mounted = 0;
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        if !name.ends_with(".img") || name.contains("truncated") || name.contains("not-ext3") {
+            continue;
+        }
+        let o = run(FSCK, &["-fy", &path.to_string_lossy()]);
+        assert!(
+            matches!(o.status.code(), Some(0 | 1)),
+            "{name}: fsck -fy: {}",
+            text(&o)
+        );
+        let mem = Arc::new(jbdfs::device::MemoryDevice::from_vec(
+            std::fs::read(&path).unwrap(),
+        ));
+        let cfg = jbdfs::fs::MountConfig {
+            read_only: true,
+            ..Default::default()
+        };
+        let fs = jbdfs::fs::Filesystem::mount(mem, &cfg)
+            .unwrap_or_else(|e| panic!("{name}: jbdfs cannot mount the repaired image: {e}"));
+        let root = fs
+            .getattr(jbdfs::format::InodeNo(2))
+            .unwrap_or_else(|e| panic!("{name}: root after repair: {e}"));
+        assert!(
+            root.is_dir(),
+            "{name}: root is not a directory after repair"
+        );
+        mounted += 1;
+    }
+    assert!(mounted > 0, "no repaired image was mounted");
+}

@@ -1,0 +1,581 @@
+//! Pass 1 (e2fsck's pass1.c): scan every inode from the in-memory tables;
+//! decide which are in use; walk their block maps, clearing illegal
+//! pointers and noting blocks claimed twice; check extended attribute
+//! blocks, symlinks and device inodes; fix i_size and i_blocks; list the
+//! directory blocks for pass 2.
+
+use std::io;
+
+use crate::format::dirent::looks_like_dx_root;
+use crate::format::inode::{self as fi, flags, ino as rsv, Inode};
+use crate::format::superblock::feature;
+
+use super::context::{Ctx, DirBlock};
+use super::walk::{walk, Act, Claim};
+
+/// Whether `i_block` holds block pointers (not a fast symlink, a device
+/// number or nothing at all).
+pub fn has_block_map(inode: &Inode, bs: u32) -> bool {
+    (inode.is_dir() || inode.is_reg() || inode.is_symlink()) && !inode.is_fast_symlink(bs)
+}
+
+pub fn run(ctx: &mut Ctx) -> io::Result<()> {
+    ctx.problems
+        .say("Pass 1: Checking inodes, blocks, and sizes");
+    let total = ctx.sb.s_inodes_count;
+    for ino in 1..=total {
+        if ino % ctx.ipg() == 0 {
+            ctx.progress(1, u64::from(ino), u64::from(total));
+        }
+        check_inode(ctx, ino)?;
+    }
+    check_ea_refcounts(ctx)?;
+    Ok(())
+}
+
+fn check_inode(ctx: &mut Ctx, ino: u32) -> io::Result<()> {
+    let links = ctx.raw_links(ino);
+    let mode = ctx.raw_mode(ino);
+    let dtime = ctx.raw_dtime(ino);
+    let first = ctx.sb.first_ino();
+    ctx.info[ino as usize].mode = mode;
+    ctx.info[ino as usize].links = links;
+    if ino == rsv::EXT2_ROOT_INO && links != 0 && mode & fi::S_IFMT != fi::S_IFDIR {
+        if ctx
+            .problems
+            .ask("Root inode is not a directory.  ", "Clear")
+        {
+            ctx.clear_inode(ino)?;
+        }
+        return Ok(());
+    }
+    // A small dtime is an orphan list link that was never processed.
+    let low_dtime = dtime != 0 && dtime < ctx.sb.s_inodes_count && low_dtime_check(ctx);
+    if low_dtime {
+        let msg = format!("Inode {ino} was part of the orphaned inode list.  ");
+        if ctx.problems.ask_safe(&msg, "Fix") {
+            let mut inode = ctx.inode(ino);
+            inode.i_dtime = if links != 0 { 0 } else { ctx.now };
+            ctx.write_inode(ino, &inode);
+        }
+    }
+    if ino < first && ino != rsv::EXT2_ROOT_INO {
+        return check_reserved(ctx, ino, mode);
+    }
+    if low_dtime {
+        if links != 0 {
+            return check_in_use(ctx, ino, ctx.raw_dtime(ino));
+        }
+        return Ok(());
+    }
+    if links == 0 {
+        if ino >= first && mode != 0 && dtime == 0 {
+            let msg = format!("Deleted inode {ino} has zero dtime.  ");
+            if ctx.problems.ask_safe(&msg, "Fix") {
+                let mut inode = ctx.inode(ino);
+                inode.i_dtime = ctx.now;
+                ctx.write_inode(ino, &inode);
+            }
+        }
+        return Ok(());
+    }
+    check_in_use(ctx, ino, dtime)
+}
+
+/// e2fsck takes small dtimes for orphan links unless the filesystem was
+/// made at a time that small itself.
+fn low_dtime_check(ctx: &Ctx) -> bool {
+    let sb = &ctx.sb;
+    !(sb.s_mkfs_time != 0 && sb.s_mkfs_time < sb.s_inodes_count)
+}
+
+fn check_in_use(ctx: &mut Ctx, ino: u32, dtime: u32) -> io::Result<()> {
+    let mut inode = ctx.inode(ino);
+    let mut dirty = fix_extra_isize(ctx, ino, &mut inode);
+    if dtime != 0 {
+        let msg = format!("Inode {ino} is in use, but has dtime set.  ");
+        if ctx.problems.ask_safe(&msg, "Fix") {
+            inode.i_dtime = 0;
+            dirty = true;
+        }
+    }
+    ctx.info[ino as usize].used = true;
+    if let Some(why) = bad_inode(ctx, &inode) {
+        let msg = format!("Inode {ino} ({why}) is invalid.\n");
+        if ctx.problems.ask(&msg, "Clear") {
+            ctx.info[ino as usize].used = false;
+            inode.i_links_count = 0;
+            inode.i_dtime = ctx.now;
+            ctx.write_inode(ino, &inode);
+            return Ok(());
+        }
+    }
+    if check_flags(ctx, ino, &mut inode, &mut dirty)? {
+        return Ok(());
+    }
+    dirty |= check_zero_fields(ctx, ino, &mut inode);
+    dirty |= check_special(ctx, ino, &mut inode);
+    dirty |= check_htree_flag(ctx, ino, &mut inode)?;
+    dirty |= check_blocks(ctx, ino, &mut inode)?;
+    if dirty {
+        ctx.write_inode(ino, &inode);
+    }
+    Ok(())
+}
+
+/// Flags for features ext3 does not have. Returns whether the inode was
+/// cleared.
+fn check_flags(ctx: &mut Ctx, ino: u32, inode: &mut Inode, dirty: &mut bool) -> io::Result<bool> {
+    const CASEFOLD_FL: u32 = 0x4000_0000;
+    const IMAGIC_FL: u32 = 0x0000_2000;
+    let clear_inode = if inode.i_flags & flags::EXT4_INLINE_DATA_FL != 0 {
+        Some(format!(
+            "Inode {ino} has INLINE_DATA_FL flag on filesystem without inline data support.\n"
+        ))
+    } else if inode.i_flags & flags::EXT4_EXTENTS_FL != 0 {
+        Some(format!(
+            "Inode {ino} is in extent format, but superblock is missing EXTENTS feature\n"
+        ))
+    } else if inode.i_flags & flags::EXT4_EA_INODE_FL != 0 {
+        Some(format!(
+            "Inode {ino} has EA_INODE flag set on a filesystem without ea_inode.\n"
+        ))
+    } else {
+        None
+    };
+    if let Some(msg) = clear_inode {
+        if ctx.problems.ask(&msg, "Clear") {
+            ctx.clear_inode(ino)?;
+            return Ok(true);
+        }
+        return Ok(false);
+    }
+    let is_dir = inode.is_dir();
+    let mut drop_flag = |ctx: &mut Ctx, flag: u32, msg: String, question: &str| {
+        if inode.i_flags & flag != 0 && ctx.problems.ask_safe(&msg, question) {
+            inode.i_flags &= !flag;
+            *dirty = true;
+        }
+    };
+    if !is_dir {
+        drop_flag(
+            ctx,
+            CASEFOLD_FL,
+            format!("Inode {ino} has the casefold flag set but is not a directory.  "),
+            "Clear flag",
+        );
+        drop_flag(
+            ctx,
+            flags::EXT2_INDEX_FL,
+            format!("Inode {ino} has INDEX_FL flag set but is not a directory.\n"),
+            "Clear HTree index",
+        );
+    } else {
+        drop_flag(ctx, CASEFOLD_FL, format!("Directory {ino} has the casefold flag, but the\ncasefold feature is not enabled.  "), "Clear flag");
+    }
+    if !ctx
+        .sb
+        .has_compat(crate::format::superblock::feature::COMPAT_IMAGIC_INODES)
+    {
+        drop_flag(
+            ctx,
+            IMAGIC_FL,
+            format!("Inode {ino} has imagic flag set.  "),
+            "Clear",
+        );
+    }
+    Ok(false)
+}
+
+/// Device, fifo and socket inodes have no size; they and symlinks may not
+/// be immutable or append-only (e2fsck's `check_size`, `check_immutable`).
+fn check_special(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
+    let special = matches!(
+        inode.file_type(),
+        fi::S_IFCHR | fi::S_IFBLK | fi::S_IFIFO | fi::S_IFSOCK
+    );
+    let mut dirty = false;
+    let sticky = flags::EXT2_IMMUTABLE_FL | flags::EXT2_APPEND_FL;
+    if (special || inode.is_symlink()) && inode.i_flags & sticky != 0 {
+        let msg = format!("Special (device/socket/fifo/symlink) file (inode {ino}) has immutable\nor append-only flag set.  ");
+        if ctx.problems.ask_safe(&msg, "Clear") {
+            inode.i_flags &= !sticky;
+            dirty = true;
+        }
+    }
+    if special && inode.i_size != 0 {
+        let msg = format!("Special (device/socket/fifo) inode {ino} has non-zero size.  ");
+        if ctx.problems.ask_safe(&msg, "Fix") {
+            inode.i_size = 0;
+            dirty = true;
+        }
+    }
+    dirty
+}
+
+/// Fields ext3 leaves zero: i_faddr, the high half of i_file_acl, and a
+/// directory's high size (no largedir).
+fn check_zero_fields(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
+    let raw = ctx.raw_inode(ino);
+    let acl_hi = crate::format::bytes::le16(raw, 0x76);
+    let mut dirty = false;
+    if inode.i_faddr != 0 {
+        let msg = format!(
+            "i_faddr for inode {ino} is {}, should be zero.\n",
+            inode.i_faddr
+        );
+        if ctx.problems.ask(&msg, "Clear") {
+            inode.i_faddr = 0;
+            dirty = true;
+        }
+    }
+    if acl_hi != 0 {
+        let msg = format!("i_file_acl_hi for inode {ino} is {acl_hi}, should be zero.\n");
+        if ctx.problems.ask(&msg, "Clear") {
+            let mut bytes = inode.to_bytes();
+            crate::format::bytes::put_le16(&mut bytes, 0x76, 0);
+            if let Ok(fixed) = Inode::parse(&bytes) {
+                *inode = fixed;
+                dirty = true;
+            }
+        }
+    }
+    if inode.is_dir() && inode.i_size >> 32 != 0 {
+        let msg = format!(
+            "i_size_high for inode {ino} is {}, should be zero.\n",
+            inode.i_size >> 32
+        );
+        if ctx.problems.ask(&msg, "Clear") {
+            inode.i_size &= 0xffff_ffff;
+            dirty = true;
+        }
+    }
+    dirty
+}
+
+/// Reserved inodes below s_first_ino: in use whatever their link count.
+fn check_reserved(ctx: &mut Ctx, ino: u32, mode: u16) -> io::Result<()> {
+    ctx.info[ino as usize].used = true;
+    let mut inode = ctx.inode(ino);
+    let bad_mode = match ino {
+        rsv::EXT2_BOOT_LOADER_INO => inode.is_dir(),
+        rsv::EXT2_RESIZE_INO => mode != 0 && !inode.is_reg(),
+        rsv::EXT2_JOURNAL_INO if ctx.sb.has_compat(feature::COMPAT_HAS_JOURNAL) => false,
+        rsv::EXT2_BAD_INO => false,
+        _ => mode != 0,
+    };
+    let mut dirty = false;
+    if ino == rsv::EXT2_BAD_INO && inode.i_mode != 0 && !inode.is_reg() {
+        if ctx
+            .problems
+            .ask_safe("The bad block inode looks invalid.  ", "Clear")
+        {
+            ctx.write_inode(ino, &Inode::new(ctx.isz, 0));
+        }
+        return Ok(());
+    }
+    let unused_journal =
+        ino == rsv::EXT2_JOURNAL_INO && !ctx.sb.has_compat(feature::COMPAT_HAS_JOURNAL);
+    let quota = matches!(ino, rsv::EXT4_USR_QUOTA_INO | rsv::EXT4_GRP_QUOTA_INO);
+    let has_data = inode.i_links_count != 0 || inode.i_blocks != 0 || inode.i_block[0] != 0;
+    if (unused_journal || quota) && has_data {
+        let what = if quota { "Quota" } else { "Journal" };
+        let msg = format!("{what} inode is not in use, but contains data.  ");
+        if ctx.problems.ask_safe(&msg, "Clear") {
+            ctx.write_inode(ino, &Inode::new(ctx.isz, 0));
+        }
+        return Ok(());
+    }
+    if bad_mode {
+        let msg = format!("Reserved inode {ino} (<reserved inode {ino}>) has invalid mode.  ");
+        if ctx.problems.ask(&msg, "Clear") {
+            inode.i_mode = 0;
+            dirty = true;
+        }
+    }
+    dirty |= check_blocks(ctx, ino, &mut inode)?;
+    if dirty {
+        ctx.write_inode(ino, &inode);
+    }
+    Ok(())
+}
+
+fn fix_extra_isize(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
+    if ctx.isz <= 128 {
+        return false;
+    }
+    let raw_extra = crate::format::bytes::le16(ctx.raw_inode(ino), 0x80);
+    if raw_extra == inode.i_extra_isize {
+        return false;
+    }
+    let msg = format!("Inode {ino} has a extra size ({raw_extra}) which is invalid\n");
+    if ctx.problems.ask_safe(&msg, "Fix") {
+        inode.i_extra_isize = 32.min(ctx.isz as u16 - 128);
+        return true;
+    }
+    false
+}
+
+/// Why e2fsck would call this in-use inode bad (`mark_inode_bad`), for the
+/// cases it then clears.
+fn bad_inode(ctx: &Ctx, inode: &Inode) -> Option<&'static str> {
+    match inode.file_type() {
+        fi::S_IFDIR | fi::S_IFREG => None,
+        fi::S_IFLNK => (!symlink_ok(ctx, inode)).then_some("invalid symlink"),
+        fi::S_IFCHR | fi::S_IFBLK | fi::S_IFIFO | fi::S_IFSOCK => {
+            // e2fsprogs 1.47 no longer checks i_block[4..] (the Hurd
+            // keeps device numbers there).
+            let bad_flags = inode.i_flags & (flags::EXT2_INDEX_FL | flags::EXT4_EXTENTS_FL) != 0;
+            bad_flags.then_some("invalid special file")
+        }
+        _ => Some("invalid mode"),
+    }
+}
+
+/// e2fsck's `check_symlink`.
+fn symlink_ok(ctx: &Ctx, inode: &Inode) -> bool {
+    if inode.i_flags & (flags::EXT2_INDEX_FL | flags::EXT4_EXTENTS_FL) != 0 {
+        return false;
+    }
+    let size = inode.i_size;
+    if inode.is_fast_symlink(ctx.bs) {
+        let bytes = inode.i_block_bytes();
+        let len = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
+        return size < bytes.len() as u64 && len as u64 == size;
+    }
+    if size >= u64::from(ctx.bs) || inode.i_block[1..].iter().any(|&b| b != 0) {
+        return false;
+    }
+    let blk = inode.i_block[0];
+    if !ctx.block_ok(blk) {
+        return false;
+    }
+    match ctx.read_block(blk) {
+        Ok(buf) => buf.iter().position(|&b| b == 0).unwrap_or(buf.len()) as u64 == size,
+        Err(_) => false,
+    }
+}
+
+/// INDEX_FL on a directory needs dir_index and a root block that parses.
+fn check_htree_flag(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> {
+    if inode.i_flags & flags::EXT2_INDEX_FL == 0 || !inode.is_dir() {
+        return Ok(false);
+    }
+    let msg = if !ctx.sb.has_compat(feature::COMPAT_DIR_INDEX) {
+        format!("Inode {ino} has INDEX_FL flag set on filesystem without htree support.\n")
+    } else {
+        let b = inode.i_block[0];
+        let root_ok = ctx.block_ok(b)
+            && ctx.read_block(b).is_ok_and(|blk| {
+                looks_like_dx_root(&blk) && crate::format::dirent::parse_dx_root(&blk).is_ok()
+            });
+        if root_ok {
+            return Ok(false);
+        }
+        format!("Inode {ino} has an invalid root node.\n")
+    };
+    if ctx.problems.ask_safe(&msg, "Clear HTree index") {
+        inode.i_flags &= !flags::EXT2_INDEX_FL;
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// What walking one inode's blocks found.
+#[derive(Default)]
+struct Tally {
+    blocks: u64,
+    last: Option<u64>,
+    previous: Option<u32>,
+    fragmented: bool,
+}
+
+/// e2fsck's `check_blocks`: claims the inode's blocks and fixes the
+/// pointers, i_size and i_blocks.
+fn check_blocks(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> {
+    let mut dirty = check_ea_block(ctx, ino, inode)?;
+    let mut t = Tally::default();
+    if inode.i_file_acl != 0 {
+        t.blocks += 1;
+    }
+    let is_dir = inode.is_dir();
+    if has_block_map(inode, ctx.bs) || ino == rsv::EXT2_BAD_INO {
+        let resize = ino == rsv::EXT2_RESIZE_INO;
+        let mut dir_blocks = Vec::new();
+        let changed = walk(ctx, &mut inode.i_block, false, &mut |ctx, blk, claim| {
+            let list = if is_dir { Some(&mut dir_blocks) } else { None };
+            claim_block(ctx, ino, blk, claim, resize, &mut t, list)
+        })?;
+        dirty |= changed;
+        if is_dir {
+            note_holes(ctx, ino, &dir_blocks);
+            ctx.dir_blocks.extend(dir_blocks);
+        }
+    }
+    ctx.info[ino as usize].has_data = t.last.is_some() || inode.i_size != 0;
+    if t.fragmented
+        && ino != rsv::EXT2_RESIZE_INO
+        && t.blocks < u64::from(ctx.sb.s_blocks_per_group)
+    {
+        ctx.fragmented += 1;
+    }
+    if is_dir && t.last.is_none() && ino >= ctx.sb.first_ino() {
+        let msg = format!("Inode {ino} is a zero-length directory.  ");
+        if ctx.problems.ask(&msg, "Clear") {
+            ctx.info[ino as usize].used = false;
+            inode.i_links_count = 0;
+            inode.i_dtime = ctx.now;
+            return Ok(true);
+        }
+    }
+    dirty |= check_size(ctx, ino, inode, &t);
+    let sectors = t.blocks * u64::from(ctx.bs / 512);
+    if inode.i_blocks != sectors {
+        let msg = format!(
+            "Inode {ino}, i_blocks is {}, should be {sectors}.  ",
+            inode.i_blocks
+        );
+        if ctx.problems.ask_safe(&msg, "Fix") {
+            inode.i_blocks = sectors;
+            dirty = true;
+        }
+    }
+    Ok(dirty)
+}
+
+fn claim_block(
+    ctx: &mut Ctx,
+    ino: u32,
+    blk: u32,
+    claim: Claim,
+    resize: bool,
+    t: &mut Tally,
+    dir_blocks: Option<&mut Vec<DirBlock>>,
+) -> Act {
+    if !ctx.block_ok(blk) {
+        let which = match claim {
+            Claim::Data(l) => format!("#{l}"),
+            Claim::Ind(1) => "#IND".to_string(),
+            Claim::Ind(2) => "#DIND".to_string(),
+            Claim::Ind(_) => "#TIND".to_string(),
+        };
+        let msg = format!("Illegal block {which} ({blk}) in inode {ino}.  ");
+        if ctx.problems.ask(&msg, "CLEARED") {
+            return Act::Clear;
+        }
+        return Act::Keep;
+    }
+    t.blocks += 1;
+    if t.previous.is_some_and(|p| p.wrapping_add(1) != blk) {
+        t.fragmented = true;
+    }
+    t.previous = Some(blk);
+    if let Claim::Data(l) = claim {
+        t.last = Some(t.last.map_or(l, |x| x.max(l)));
+        if let (Some(list), Ok(lblk)) = (dir_blocks, u32::try_from(l)) {
+            list.push(DirBlock { blk, ino, lblk });
+        }
+    }
+    // The resize inode's other blocks are the reserved GDT blocks, already
+    // claimed as metadata; only its double-indirect block is its own.
+    if !resize || claim == Claim::Ind(2) {
+        mark_used(ctx, blk);
+    }
+    Act::Keep
+}
+
+/// Directory blocks below the last one that are not mapped: pass 2 offers
+/// to allocate them (only direct blocks can be given one).
+fn note_holes(ctx: &mut Ctx, ino: u32, blocks: &[DirBlock]) {
+    let Some(last) = blocks.iter().map(|d| d.lblk).max() else {
+        return;
+    };
+    let mut mapped = vec![false; last as usize + 1];
+    for d in blocks {
+        mapped[d.lblk as usize] = true;
+    }
+    for (lblk, m) in mapped.iter().enumerate() {
+        if !m {
+            ctx.dir_holes.push((ino, lblk as u32));
+        }
+    }
+}
+
+pub fn mark_used(ctx: &mut Ctx, blk: u32) {
+    if ctx.found.set(u64::from(blk)) {
+        ctx.dups.insert(blk);
+    }
+}
+
+/// e2fsck's i_size rules for directories and other files.
+fn check_size(ctx: &mut Ctx, ino: u32, inode: &mut Inode, t: &Tally) -> bool {
+    if inode.is_symlink() || !has_block_map(inode, ctx.bs) && inode.i_size == 0 {
+        return false;
+    }
+    let bs = u64::from(ctx.bs);
+    let blocks_end = t.last.map_or(0, |l| (l + 1) * bs);
+    let size = inode.i_size;
+    let bad = if inode.is_dir() {
+        size % bs != 0 || size / bs > t.last.map_or(0, |l| l + 1) || size < blocks_end
+    } else {
+        let max = crate::format::indirect::ext3_max_size(ctx.bs).unwrap_or(u64::MAX);
+        t.last.is_some_and(|l| size < l * bs) || size > max
+    };
+    if !bad || ino == rsv::EXT2_RESIZE_INO || ino == rsv::EXT2_JOURNAL_INO && size >= blocks_end {
+        return false;
+    }
+    let msg = format!("Inode {ino}, i_size is {size}, should be {blocks_end}.  ");
+    if ctx.problems.ask_safe(&msg, "Fix") {
+        inode.i_size = blocks_end;
+        return true;
+    }
+    false
+}
+
+/// Checks `i_file_acl`: in range, a valid block, counted once per inode.
+fn check_ea_block(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> {
+    let b = inode.i_file_acl;
+    if b == 0 {
+        return Ok(false);
+    }
+    if let Some(r) = ctx.ea_refs.get_mut(&b) {
+        *r += 1;
+        return Ok(false);
+    }
+    let valid = ctx.sb.has_compat(feature::COMPAT_EXT_ATTR)
+        && ctx.block_ok(b)
+        && ctx
+            .read_block(b)
+            .is_ok_and(|blk| crate::format::xattr::parse_block(&blk).is_ok());
+    if !valid {
+        let msg = format!("i_file_acl for inode {ino} is {b}, should be zero.\n");
+        if ctx.problems.ask(&msg, "Clear") {
+            inode.i_file_acl = 0;
+            return Ok(true);
+        }
+        return Ok(false);
+    }
+    ctx.ea_refs.insert(b, 1);
+    mark_used(ctx, b);
+    Ok(false)
+}
+
+/// Each extended attribute block's h_refcount must match its users.
+fn check_ea_refcounts(ctx: &mut Ctx) -> io::Result<()> {
+    let mut refs: Vec<(u32, u32)> = ctx.ea_refs.iter().map(|(&b, &n)| (b, n)).collect();
+    refs.sort_unstable();
+    for (b, n) in refs {
+        let mut blk = ctx.read_block(b)?;
+        let have = crate::format::bytes::le32(&blk, 4);
+        if have == n {
+            continue;
+        }
+        let msg =
+            format!("Extended attribute block {b} has reference count {have}, should be {n}.  ");
+        if ctx.problems.ask(&msg, "Fix") {
+            crate::format::bytes::put_le32(&mut blk, 4, n);
+            ctx.write_block(b, &blk)?;
+        }
+    }
+    Ok(())
+}

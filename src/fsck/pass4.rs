@@ -1,0 +1,59 @@
+//! Pass 4 (e2fsck's pass4.c): every inode in use must be referenced; an
+//! unreferenced one is cleared when empty or reconnected to /lost+found;
+//! then each link count must equal the references counted.
+
+use std::io;
+
+use crate::format::inode::ino::EXT2_ROOT_INO;
+
+use super::context::Ctx;
+
+pub fn run(ctx: &mut Ctx) -> io::Result<()> {
+    ctx.problems.say("Pass 4: Checking reference counts");
+    let first = ctx.sb.first_ino();
+    let total = ctx.sb.s_inodes_count;
+    for ino in 1..=total {
+        if ino % ctx.ipg() == 0 {
+            ctx.progress(4, u64::from(ino), u64::from(total));
+        }
+        if (ino < first && ino != EXT2_ROOT_INO) || !ctx.info[ino as usize].used {
+            continue;
+        }
+        if ctx.info[ino as usize].counted == 0 && !disconnected(ctx, ino)? {
+            continue;
+        }
+        let info = ctx.info[ino as usize];
+        let counted = info.counted.min(u32::from(u16::MAX)) as u16;
+        if info.links != counted {
+            let msg = format!(
+                "Inode {ino} ref count is {}, should be {counted}.  ",
+                info.links
+            );
+            if ctx.problems.ask_safe(&msg, "Fix") {
+                let mut inode = ctx.inode(ino);
+                inode.i_links_count = counted;
+                ctx.write_inode(ino, &inode);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// e2fsck's `disconnect_inode`. Returns whether the inode is still in use
+/// (and so needs its link count checked).
+fn disconnected(ctx: &mut Ctx, ino: u32) -> io::Result<bool> {
+    let inode = ctx.inode(ino);
+    if inode.i_blocks == 0 && (inode.is_reg() || inode.is_dir()) {
+        let msg = format!("Unattached zero-length inode {ino}.  ");
+        if ctx.problems.ask_safe(&msg, "Clear") {
+            ctx.clear_inode(ino)?;
+            return Ok(false);
+        }
+    } else {
+        let msg = format!("Unattached inode {ino}\n");
+        if ctx.problems.ask(&msg, "Connect to /lost+found") && super::pass3::reconnect(ctx, ino)? {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
