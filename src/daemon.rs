@@ -39,6 +39,8 @@ pub struct DaemonConfig {
     pub dirsync: bool,
     /// -o data=journal.
     pub data_journal: bool,
+    /// -o max_map=N (`u32::MAX` when not given).
+    pub max_map: u32,
 }
 
 /// Opens the backing store and mounts the filesystem in-process.
@@ -61,6 +63,7 @@ pub fn open_filesystem(cfg: &DaemonConfig) -> anyhow::Result<Arc<Filesystem>> {
         },
         dirsync: cfg.dirsync,
         data_journal: cfg.data_journal,
+        max_map: cfg.max_map,
     };
     Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
         let why = crate::fs::mount::refusal_reason(&*dev).unwrap_or_else(|| e.to_string());

@@ -101,6 +101,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         stats: opts.stats.clone(),
         dirsync: opts.dirsync || opts.sync,
         data_journal: opts.data == jbdfs::options::DataMode::Journal,
+        max_map: opts.max_map.filter(|&n| n > 0).unwrap_or(u32::MAX),
     };
     daemon::check_mountable(&cfg)?;
     if foreground {

@@ -80,6 +80,7 @@ impl Mounted {
             stats: None,
             dirsync: false,
             data_journal: false,
+            max_map: u32::MAX,
         };
         let server = std::thread::spawn(move || serve(&cfg));
         let deadline = Instant::now() + Duration::from_secs(20);

@@ -12,6 +12,7 @@
 
 use std::sync::Arc;
 
+use super::balloc::SPREAD_MIN_BLOCKS;
 use super::inode::InodeState;
 use super::{Filesystem, FsError, Result};
 use crate::cache::Buffer;
@@ -88,7 +89,7 @@ impl Filesystem {
     ) -> Result<Mapping> {
         let path = path_of(self.block_size, logical)?;
         let (leaf, _) = self.walk(ino, st, &path, None)?;
-        let max = max.clamp(1, path.blocks_to_boundary + 1);
+        let max = max.min(self.max_map).clamp(1, path.blocks_to_boundary + 1);
         let Some(leaf) = leaf else {
             return Ok(hole_mapping(max, &path));
         };
@@ -183,8 +184,35 @@ impl Filesystem {
         Ok((parent.map(Leaf::Block), changed_inode))
     }
 
+    /// The pointer block that holds `logical`'s pointer: `None` for a
+    /// direct block or when a level of the path is missing. The levels
+    /// above it are read (through the cache); the block itself is not.
+    pub(crate) fn leaf_location(
+        &self,
+        ino: InodeNo,
+        st: &InodeState,
+        logical: u32,
+    ) -> Result<Option<BlockNo>> {
+        let path = path_of(self.block_size, logical)?;
+        if path.depth == 1 {
+            return Ok(None);
+        }
+        let mut ptr = st.disk.i_block[path.offsets()[0] as usize];
+        for level in 1..path.depth - 1 {
+            if ptr == 0 {
+                return Ok(None);
+            }
+            let buf = self.cache.get(self.check_ptr(ino, ptr)?)?;
+            ptr = slot(&buf.read(), path.offsets()[level]);
+        }
+        if ptr == 0 {
+            return Ok(None);
+        }
+        self.check_ptr(ino, ptr).map(Some)
+    }
+
     fn alloc_pointer_block(&self, h: &mut Handle<'_>, ctx: &mut AllocCtx) -> Result<BlockNo> {
-        let (b, _) = self.alloc_blocks(h, ctx.goal, 1, ctx.privileged)?;
+        let (b, _) = self.alloc_for_inode(h, ctx.ino, ctx.goal, 1, ctx.privileged, ctx.large)?;
         ctx.goal = BlockNo(b.0 + 1);
         ctx.allocated += 1;
         let buf = self.cache.get_new(b)?;
@@ -210,8 +238,11 @@ impl Filesystem {
             return Ok(existing);
         }
         let path = path_of(self.block_size, logical)?;
+        let sectors = (self.block_size / 512) as u64;
         let mut ctx = AllocCtx {
             goal: self.alloc_goal(ino, st, logical),
+            ino,
+            large: st.disk.i_blocks >= SPREAD_MIN_BLOCKS * sectors,
             privileged,
             allocated: 0,
             i_block: st.disk.i_block,
@@ -219,7 +250,7 @@ impl Filesystem {
         let (leaf, _) = self.walk(ino, st, &path, Some((h, &mut ctx)))?;
         let leaf = leaf.ok_or(FsError::Invalid("block map walk found no leaf"))?;
         let want = existing.count.clamp(1, path.blocks_to_boundary + 1);
-        let (first, n) = self.alloc_blocks(h, ctx.goal, want, privileged)?;
+        let (first, n) = self.alloc_for_inode(h, ino, ctx.goal, want, privileged, ctx.large)?;
         let last = path.offsets()[path.depth - 1];
         match &leaf {
             Leaf::Inode => {
@@ -238,7 +269,6 @@ impl Filesystem {
             }
         }
         st.disk.i_block = ctx.i_block;
-        let sectors = (self.block_size / 512) as u64;
         st.disk.i_blocks += (ctx.allocated + n) as u64 * sectors;
         st.last_alloc = Some(BlockNo(first.0 + n - 1));
         Ok(Mapping {
@@ -285,6 +315,9 @@ fn hole_mapping(count: u32, path: &BlockPath) -> Mapping {
 /// State carried through one allocating walk.
 struct AllocCtx {
     goal: BlockNo,
+    ino: InodeNo,
+    /// The file may move away from other files' windows (see balloc.rs).
+    large: bool,
     privileged: bool,
     /// Pointer blocks allocated so far.
     allocated: u32,
@@ -294,5 +327,372 @@ struct AllocCtx {
 impl AllocCtx {
     fn set_i_block(&mut self, i: usize, v: u32) {
         self.i_block[i] = v;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! get_blocks and its boundary flag at every edge of every indirection
+    //! level, for every block size. The oracle for "which pointer block
+    //! holds this block" is ext3's layout worked out by hand below, not
+    //! `block_to_path`; e2fsck checks each image afterwards.
+
+    use super::*;
+    use crate::device::{BlockDevice, MemoryDevice};
+    use crate::fs::namei::Caller;
+    use crate::fs::MountConfig;
+    use crate::mkfs::{format, plan, MkfsOptions, Zeroed};
+    use parking_lot::Mutex;
+
+    const ROOT: InodeNo = InodeNo(2);
+    const ME: Caller = Caller { uid: 0, gid: 0 };
+    const SIZES: [u32; 3] = [1024, 2048, 4096];
+
+    /// A memory device that logs every read, to count device requests.
+    struct Logged {
+        mem: MemoryDevice,
+        reads: Mutex<Vec<(u64, usize)>>,
+    }
+
+    impl BlockDevice for Logged {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.reads.lock().push((offset, buf.len()));
+            self.mem.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            self.mem.write_at(buf, offset)
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            self.mem.flush()
+        }
+        fn size(&self) -> u64 {
+            self.mem.size()
+        }
+    }
+
+    fn device(bs: u32) -> Arc<Logged> {
+        let size = 96 << 20;
+        let opts = MkfsOptions {
+            block_size: Some(bs),
+            ..Default::default()
+        };
+        let mem = MemoryDevice::new(size).unwrap();
+        let g = plan(&opts, size).unwrap();
+        let mut quiet = crate::util::Progress::quiet();
+        format(&mem, &opts, &g, Zeroed::All, &mut quiet).unwrap();
+        Arc::new(Logged {
+            mem,
+            reads: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn mount(dev: &Arc<Logged>, max_map: u32) -> Arc<Filesystem> {
+        let cfg = MountConfig {
+            max_map,
+            cache_size: 8 << 20,
+            ..Default::default()
+        };
+        let dev: Arc<dyn BlockDevice> = dev.clone();
+        Filesystem::mount(dev, &cfg).unwrap()
+    }
+
+    /// Which pointer block holds logical block `l`'s pointer: its level
+    /// (0 for the inode itself) and its index among that level's blocks.
+    fn holder(bs: u32, l: u32) -> (u32, u64) {
+        let (p, l) = (bs as u64 / 4, l as u64);
+        let (d, t) = (12 + p, 12 + p + p * p);
+        match l {
+            l if l < 12 => (0, 0),
+            l if l < d => (1, 0),
+            l if l < t => (2, (l - d) / p),
+            l => (3, (l - t) / p),
+        }
+    }
+
+    fn boundary_after(bs: u32, last: u32) -> bool {
+        holder(bs, last) != holder(bs, last + 1)
+    }
+
+    /// The last block under a pointer block, at each edge worth testing:
+    /// direct to single, single to double, two changes of leaf inside the
+    /// double tree, double to triple, two leaf changes inside the triple
+    /// tree and a change of its middle level.
+    fn edges(bs: u32) -> Vec<u32> {
+        let p = bs / 4;
+        let (d, t) = (12 + p, 12 + p + p * p);
+        vec![
+            11,
+            d - 1,
+            d + p - 1,
+            d + 2 * p - 1,
+            t - 1,
+            t + p - 1,
+            t + 2 * p - 1,
+            t + p * p - 1,
+        ]
+    }
+
+    /// Dense ranges that together cross every edge.
+    fn dense_ranges(bs: u32) -> Vec<(u32, u32)> {
+        let p = bs / 4;
+        let (d, t) = (12 + p, 12 + p + p * p);
+        vec![
+            (0, d + 2 * p + 3),
+            (t - 3, t + 2 * p + 3),
+            (t + p * p - 3, t + p * p + 3),
+        ]
+    }
+
+    fn new_file(fs: &Filesystem, name: &str) -> InodeNo {
+        fs.mknod(ROOT, name.as_bytes(), 0o100644, 0, ME).unwrap().0
+    }
+
+    /// Allocates `lo..hi` with get_blocks (create=true), `max` blocks a
+    /// call, checking each returned run's boundary flag.
+    fn allocate(fs: &Filesystem, ino: InodeNo, lo: u32, hi: u32, max: u32) {
+        let inode = fs.iget(ino).unwrap();
+        let mut st = inode.state.write();
+        let mut pos = lo;
+        while pos < hi {
+            let mut h = fs.journal.start(64).unwrap();
+            let m = fs
+                .get_blocks(&mut h, ino, &mut st, pos, max.min(hi - pos), true)
+                .unwrap();
+            assert!(m.physical.is_some() && m.count >= 1 && pos + m.count <= hi);
+            assert!(m.count <= fs.max_map);
+            let last = pos + m.count - 1;
+            assert_eq!(m.boundary, boundary_after(fs.block_size, last), "at {pos}");
+            pos += m.count;
+            let size = (pos as u64 * fs.block_size as u64).max(st.disk.i_size);
+            st.disk.i_size = size;
+            fs.write_inode(&mut h, ino, &st.disk).unwrap();
+            h.stop().unwrap();
+        }
+    }
+
+    /// Checks every mapping from every start in `lo..hi` against the
+    /// single-block mappings: a run is their concatenation, it is maximal,
+    /// and its boundary is set exactly where the next block has another
+    /// holder. get_blocks (create=true) over mapped blocks agrees.
+    fn check_runs(fs: &Filesystem, ino: InodeNo, lo: u32, hi: u32) {
+        let bs = fs.block_size;
+        let inode = fs.iget(ino).unwrap();
+        let mut st = inode.state.write();
+        let single: Vec<Option<u32>> = (lo..hi)
+            .map(|l| {
+                let m = fs.map_blocks(ino, &st, l, 1).unwrap();
+                assert_eq!((m.count, m.boundary), (1, boundary_after(bs, l)));
+                m.physical.map(|p| p.0)
+            })
+            .collect();
+        let at = |l: u32| single[(l - lo) as usize];
+        for s in lo..hi {
+            let m = fs.map_blocks(ino, &st, s, hi - s).unwrap();
+            let end = s + m.count;
+            assert!(m.count >= 1 && end <= hi);
+            let first = m.physical.map(|p| p.0);
+            for i in 0..m.count {
+                assert_eq!(at(s + i), first.map(|p| p + i), "run from {s}, block {i}");
+            }
+            let last = end - 1;
+            assert_eq!(m.boundary, boundary_after(bs, last), "run {s}..{end}");
+            if end < hi && !m.boundary && fs.max_map > m.count {
+                let continues = at(end) == first.map(|p| p + m.count);
+                assert!(!continues, "run {s}..{end} stopped early");
+            }
+            if first.is_some() {
+                let mut h = fs.journal.start(64).unwrap();
+                let g = fs.get_blocks(&mut h, ino, &mut st, s, hi - s, true);
+                h.stop().unwrap();
+                assert_eq!(g.unwrap(), m, "get_blocks from {s}");
+            }
+        }
+        let mut flat = Vec::new();
+        let mut pos = lo;
+        while pos < hi {
+            let m = fs.map_blocks(ino, &st, pos, hi - pos).unwrap();
+            flat.extend((0..m.count).map(|i| m.physical.map(|p| p.0 + i)));
+            pos += m.count;
+        }
+        assert_eq!(flat, single);
+    }
+
+    fn unmount_and_fsck(fs: Arc<Filesystem>, dev: &Logged, what: &str) {
+        fs.unmount().unwrap();
+        drop(fs);
+        if std::process::Command::new("e2fsck")
+            .arg("-V")
+            .output()
+            .is_err()
+        {
+            eprintln!("skipping e2fsck of {what}: e2fsck is not installed");
+            return;
+        }
+        let path = std::env::temp_dir().join(format!(
+            "jbdfs-bmap-{}-{}.img",
+            std::process::id(),
+            crate::util::unique_suffix()
+        ));
+        std::fs::write(&path, dev.mem.snapshot()).unwrap();
+        let out = std::process::Command::new("e2fsck")
+            .arg("-fn")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(
+            out.status.success(),
+            "e2fsck on {what}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[test]
+    fn dense_files_map_in_runs_with_exact_boundaries() {
+        for bs in SIZES {
+            let dev = device(bs);
+            let fs = mount(&dev, u32::MAX);
+            for (i, &(lo, hi)) in dense_ranges(bs).iter().enumerate() {
+                let multi = new_file(&fs, &format!("multi{i}"));
+                allocate(&fs, multi, lo, hi, u32::MAX);
+                check_runs(&fs, multi, lo, hi);
+                let single = new_file(&fs, &format!("single{i}"));
+                allocate(&fs, single, lo, hi, 1);
+                check_runs(&fs, single, lo, hi);
+            }
+            unmount_and_fsck(fs, &dev, &format!("dense files, {bs}-byte blocks"));
+        }
+    }
+
+    #[test]
+    fn sparse_files_map_in_runs_with_exact_boundaries() {
+        for bs in SIZES {
+            let dev = device(bs);
+            let fs = mount(&dev, u32::MAX);
+            // Around each edge e: a hole at e-1 and e+3, blocks elsewhere,
+            // and one file with the edge itself a hole.
+            let mapped = new_file(&fs, "mapped-edges");
+            let holed = new_file(&fs, "holed-edges");
+            for e in edges(bs) {
+                for l in [e - 2, e, e + 1, e + 2] {
+                    allocate(&fs, mapped, l, l + 1, 1);
+                }
+                for l in [e - 1, e + 1] {
+                    allocate(&fs, holed, l, l + 1, 1);
+                }
+            }
+            for e in edges(bs) {
+                check_runs(&fs, mapped, e - 3, e + 4);
+                check_runs(&fs, holed, e - 3, e + 4);
+            }
+            unmount_and_fsck(fs, &dev, &format!("sparse files, {bs}-byte blocks"));
+        }
+    }
+
+    #[test]
+    fn max_map_one_maps_block_by_block() {
+        for bs in SIZES {
+            let dev = device(bs);
+            let fs = mount(&dev, 1);
+            let (lo, hi) = dense_ranges(bs)[0];
+            let f = new_file(&fs, "f");
+            allocate(&fs, f, lo, hi, u32::MAX);
+            check_runs(&fs, f, lo, hi);
+            let inode = fs.iget(f).unwrap();
+            let st = inode.state.read();
+            for l in lo..hi {
+                assert_eq!(fs.map_blocks(f, &st, l, hi - l).unwrap().count, 1);
+            }
+            drop(st);
+            unmount_and_fsck(fs, &dev, &format!("max_map=1, {bs}-byte blocks"));
+        }
+    }
+
+    /// A file written sequentially has its pointer blocks in line, each
+    /// just before the data it maps, as ext3 lays it out.
+    #[test]
+    fn sequential_allocation_puts_pointer_blocks_in_line() {
+        for bs in SIZES {
+            let dev = device(bs);
+            let fs = mount(&dev, u32::MAX);
+            let p = bs / 4;
+            let (lo, hi) = dense_ranges(bs)[0];
+            let f = new_file(&fs, "f");
+            let data = vec![0x5Au8; 64 << 10];
+            let mut at = 0u64;
+            while at < hi as u64 * bs as u64 {
+                fs.write(f, at, &data, true).unwrap();
+                at += data.len() as u64;
+            }
+            let inode = fs.iget(f).unwrap();
+            let st = inode.state.read();
+            let phys = |l: u32| fs.map_blocks(f, &st, l, 1).unwrap().physical.unwrap().0;
+            let leaf = |l: u32| fs.leaf_location(f, &st, l).unwrap().unwrap().0;
+            for l in lo + 1..hi {
+                let gap = match l {
+                    12 => 1,               // the single indirect block
+                    l if l == 12 + p => 2, // the double indirect and its first leaf
+                    l if (l - 12 - p) % p == 0 => 1,
+                    _ => 0,
+                };
+                assert_eq!(
+                    phys(l),
+                    phys(l - 1) + 1 + gap,
+                    "block {l}, {bs}-byte blocks"
+                );
+                if gap > 0 {
+                    assert_eq!(leaf(l), phys(l) - 1);
+                }
+            }
+            drop(st);
+            unmount_and_fsck(fs, &dev, &format!("sequential file, {bs}-byte blocks"));
+        }
+    }
+
+    /// The read path: data read back is what was written, across every
+    /// edge, in one request or in odd pieces; a cold sequential read makes
+    /// one device read per run and never a separate read for a leaf
+    /// pointer block that lies beside the data.
+    #[test]
+    fn reads_cross_edges_with_one_device_read_per_run() {
+        for bs in SIZES {
+            let dev = device(bs);
+            let fs = mount(&dev, u32::MAX);
+            let (lo, hi) = dense_ranges(bs)[0];
+            let f = new_file(&fs, "f");
+            let len = (hi - lo) as usize * bs as usize;
+            let pattern: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            fs.write(f, 0, &pattern, true).unwrap();
+            fs.unmount().unwrap();
+            drop(fs);
+            let fs = mount(&dev, u32::MAX);
+            let leaves: Vec<u32> = {
+                let inode = fs.iget(f).unwrap();
+                let st = inode.state.read();
+                (lo..hi)
+                    .filter_map(|l| fs.leaf_location(f, &st, l).unwrap())
+                    .map(|b| b.0)
+                    .collect()
+            };
+            fs.cache.invalidate_all();
+            dev.reads.lock().clear();
+            assert_eq!(fs.read(f, 0, len as u32).unwrap(), pattern);
+            let reads = dev.reads.lock().clone();
+            for (off, n) in &reads {
+                let one_leaf = *n == bs as usize && leaves.contains(&((off / bs as u64) as u32));
+                assert!(!one_leaf, "separate read of leaf block {}", off / bs as u64);
+            }
+            let mut piece = 0;
+            let mut at = 0;
+            while at < len {
+                let n = [1, 4095, 4096, 70_000, 1 << 20][piece % 5].min(len - at);
+                let got = fs.read(f, at as u64, n as u32).unwrap();
+                assert_eq!(got, pattern[at..at + n], "{n} bytes at {at}");
+                at += n;
+                piece += 1;
+            }
+            unmount_and_fsck(fs, &dev, &format!("read test, {bs}-byte blocks"));
+        }
     }
 }

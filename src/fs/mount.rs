@@ -27,6 +27,9 @@ pub struct MountConfig {
     pub dirsync: bool,
     /// `-o data=journal`: file data is logged like metadata.
     pub data_journal: bool,
+    /// `-o max_map=N`: blocks one block-map call may map (1 forces
+    /// single-block mapping, for the A/B); `u32::MAX` is no limit.
+    pub max_map: u32,
 }
 
 impl Default for MountConfig {
@@ -37,6 +40,7 @@ impl Default for MountConfig {
             journal: JournalConfig::default(),
             dirsync: false,
             data_journal: false,
+            max_map: u32::MAX,
         }
     }
 }
@@ -67,6 +71,11 @@ pub struct Filesystem {
     pub(crate) rename_lock: Mutex<()>,
     /// Shareable xattr blocks (see xattr.rs).
     pub(crate) xattr_share: super::xattr::XattrShare,
+    /// The most blocks one get_blocks/map_blocks call maps (`-o max_map=`).
+    pub(crate) max_map: u32,
+    /// Per-inode allocation windows and read patterns (see bmap.rs).
+    pub(crate) reservations: super::balloc::Reservations,
+    pub(crate) readahead: super::readahead::ReadPatterns,
 }
 
 /// Reads and validates the primary superblock.
@@ -234,7 +243,11 @@ impl Filesystem {
             dirsync: config.dirsync,
             data_journal: config.data_journal && !read_only,
             xattr_share: Default::default(),
+            max_map: config.max_map.max(1),
+            reservations: Default::default(),
+            readahead: Default::default(),
         });
+        fs.readahead.start(Arc::downgrade(&fs))?;
         if !read_only {
             fs.load_journal(config.journal)?;
             fs.mark_mounted()?;
