@@ -28,6 +28,8 @@ const MIN_WINDOW: u32 = 64;
 const MAX_WINDOW: u32 = 32768;
 /// A window not used for this long no longer holds other files off.
 const WINDOW_IDLE: Duration = Duration::from_secs(2);
+/// Inodes whose layout origin is remembered, before starting afresh.
+const MAX_TRACKED: usize = 4096;
 /// Files with fewer blocks than this never move away from their goal:
 /// small files stay near their directory.
 pub(crate) const SPREAD_MIN_BLOCKS: u64 = 2048;
@@ -44,6 +46,8 @@ struct Window {
 struct Windows {
     by_start: BTreeMap<u32, Window>,
     by_ino: HashMap<u32, u32>,
+    /// Each inode's layout origin (see bmap.rs `file_origin`).
+    origins: HashMap<u32, u64>,
 }
 
 impl Windows {
@@ -74,7 +78,15 @@ impl Windows {
         }
     }
 
+    fn own(&self, ino: u32) -> Option<(u32, &Window)> {
+        let start = *self.by_ino.get(&ino)?;
+        Some((start, self.by_start.get(&start)?))
+    }
+
     fn prune(&mut self, now: Instant) {
+        if self.origins.len() > MAX_TRACKED {
+            self.origins.clear();
+        }
         let dead: Vec<u32> = self
             .by_start
             .values()
@@ -127,11 +139,10 @@ impl Reservations {
         None
     }
 
-    /// The size of `ino`'s window, if it has one.
-    fn own_size(&self, ino: u32) -> Option<u32> {
+    /// `ino`'s window, live or not: its first block and size.
+    fn own(&self, ino: u32) -> Option<(u32, u32)> {
         let ws = self.windows.lock();
-        let start = *ws.by_ino.get(&ino)?;
-        ws.by_start.get(&start).map(|w| w.end - start)
+        ws.own(ino).map(|(s, w)| (s, w.end - s))
     }
 
     /// Gives `ino` the window `start..start+size`, cut short where another
@@ -157,7 +168,17 @@ impl Reservations {
 
     /// Drops `ino`'s window (its file was truncated or deleted).
     pub(crate) fn release(&self, ino: InodeNo) {
-        self.windows.lock().remove(ino.0);
+        let mut ws = self.windows.lock();
+        ws.remove(ino.0);
+        ws.origins.remove(&ino.0);
+    }
+
+    pub(crate) fn origin(&self, ino: InodeNo) -> Option<u64> {
+        self.windows.lock().origins.get(&ino.0).copied()
+    }
+
+    pub(crate) fn set_origin(&self, ino: InodeNo, origin: u64) {
+        self.windows.lock().origins.insert(ino.0, origin);
     }
 }
 
@@ -302,10 +323,20 @@ impl Filesystem {
                 return Ok(run);
             }
         }
-        let size = self
-            .reservations
-            .own_size(ino.0)
-            .map_or(MIN_WINDOW, |s| s.saturating_mul(2))
+        let own = self.reservations.own(ino.0);
+        if let Some((start, _)) = own.filter(|&(start, _)| goal.0 < start) {
+            // A write that lags behind the window (the kernel flushes pages
+            // from several threads): fill in behind, keep the window.
+            tracing::trace!(
+                ino = ino.0,
+                goal = goal.0,
+                start,
+                "allocating behind the window"
+            );
+            return self.alloc_owned(h, ino.0, goal, count, privileged);
+        }
+        let size = own
+            .map_or(MIN_WINDOW, |(_, s)| s.saturating_mul(2))
             .clamp(count.max(MIN_WINDOW), MAX_WINDOW.max(count));
         let goal = if large {
             self.spread_goal(ino, goal)
@@ -315,6 +346,80 @@ impl Filesystem {
         let (first, n) = self.alloc_owned(h, ino.0, goal, count, privileged)?;
         self.reservations.claim(ino.0, first.0, size);
         Ok((first, n))
+    }
+
+    /// The block `distance` data blocks on from `from`, stepping over the
+    /// metadata at the start of each group crossed (superblock backup,
+    /// descriptors, bitmaps and inode table), as a file laid out in line
+    /// does.
+    pub(crate) fn advance(&self, from: u64, distance: u64) -> u64 {
+        let (mut at, mut left) = (from, distance);
+        loop {
+            let (g, end) = {
+                let sb = self.sb.lock();
+                let b = BlockNo(at.min(u32::MAX as u64) as u32);
+                let (g, _) = sb.block_group(b);
+                let end = sb.group_first_block(g).0 as u64 + sb.blocks_in_group(g) as u64;
+                (g, end)
+            };
+            if at + left < end || g.0 + 1 >= self.groups {
+                return at + left;
+            }
+            left -= end - at;
+            at = end + self.group_overhead(GroupNo(g.0 + 1)) as u64;
+        }
+    }
+
+    /// Blocks of metadata at the start of group `g`: up to the end of its
+    /// inode table, when that lies at the group's start (0 otherwise).
+    fn group_overhead(&self, g: GroupNo) -> u32 {
+        let (first, itb, len) = {
+            let sb = self.sb.lock();
+            let len = sb.blocks_in_group(g);
+            (sb.group_first_block(g).0, sb.inode_table_blocks(), len)
+        };
+        let Ok(desc) = self.group_desc(g) else {
+            return 0;
+        };
+        let end = desc.bg_inode_table.saturating_add(itb);
+        match end.checked_sub(first) {
+            Some(n) if desc.bg_inode_table >= first && n < len / 2 => n,
+            _ => 0,
+        }
+    }
+
+    /// The first free block of group `g` (its start if the bitmap cannot
+    /// be read: this is only a goal).
+    pub(crate) fn first_free_in_group(&self, g: GroupNo) -> BlockNo {
+        let (first, len) = {
+            let sb = self.sb.lock();
+            (sb.group_first_block(g).0, sb.blocks_in_group(g))
+        };
+        let bit = self
+            .group_desc(g)
+            .and_then(|d| Ok(self.cache.get(d.block_bitmap())?))
+            .ok()
+            .and_then(|buf| find_zero(&buf.read(), 0, len));
+        BlockNo(first + bit.unwrap_or(0))
+    }
+
+    /// Where a new large file starts: `start`, unless other files hold
+    /// live windows; then the middle of the widest stretch free of them.
+    pub(crate) fn spread_start(&self, ino: InodeNo, start: BlockNo) -> BlockNo {
+        let (lo, hi) = {
+            let sb = self.sb.lock();
+            (sb.s_first_data_block, sb.s_blocks_count)
+        };
+        let now = Instant::now();
+        let ws = self.reservations.windows.lock();
+        let others = ws
+            .by_start
+            .values()
+            .any(|w| w.ino != ino.0 && Windows::live(w, now));
+        if !others {
+            return start;
+        }
+        BlockNo(ws.widest_gap_middle(ino.0, lo, hi, now))
     }
 
     /// `goal`, unless another file's window holds it: then the middle of

@@ -158,7 +158,7 @@ impl Filesystem {
                 let Some((h, ctx)) = alloc.as_mut() else {
                     return Ok((None, false));
                 };
-                ptr = self.alloc_pointer_block(h, ctx)?.0;
+                ptr = self.alloc_pointer_block(h, ctx, path, level)?.0;
                 match &parent {
                     None => {
                         ctx.set_i_block(path.offsets()[0] as usize, ptr);
@@ -211,9 +211,21 @@ impl Filesystem {
         self.check_ptr(ino, ptr).map(Some)
     }
 
-    fn alloc_pointer_block(&self, h: &mut Handle<'_>, ctx: &mut AllocCtx) -> Result<BlockNo> {
-        let (b, _) = self.alloc_for_inode(h, ctx.ino, ctx.goal, 1, ctx.privileged, ctx.large)?;
-        ctx.goal = BlockNo(b.0 + 1);
+    /// Allocates the pointer block at `level` of `path`, in line: just
+    /// before the first data block it maps, after the pointer blocks above.
+    fn alloc_pointer_block(
+        &self,
+        h: &mut Handle<'_>,
+        ctx: &mut AllocCtx,
+        path: &BlockPath,
+        level: usize,
+    ) -> Result<BlockNo> {
+        let bs = self.block_size;
+        let first = first_under(bs, ctx.logical, level);
+        let back = inline_position(bs, ctx.logical) - inline_position(bs, first);
+        let ahead = (path.depth - level) as u64;
+        let goal = goal_at(ctx.data_goal.saturating_sub(back + ahead));
+        let (b, _) = self.alloc_for_inode(h, ctx.ino, goal, 1, ctx.privileged, ctx.large)?;
         ctx.allocated += 1;
         let buf = self.cache.get_new(b)?;
         h.get_write_access(&buf)?;
@@ -239,8 +251,11 @@ impl Filesystem {
         }
         let path = path_of(self.block_size, logical)?;
         let sectors = (self.block_size / 512) as u64;
+        let (goal, fresh) = self.alloc_goal(ino, st, logical, existing.count);
+        let position = inline_position(self.block_size, logical);
         let mut ctx = AllocCtx {
-            goal: self.alloc_goal(ino, st, logical),
+            data_goal: goal,
+            logical,
             ino,
             large: st.disk.i_blocks >= SPREAD_MIN_BLOCKS * sectors,
             privileged,
@@ -250,7 +265,15 @@ impl Filesystem {
         let (leaf, _) = self.walk(ino, st, &path, Some((h, &mut ctx)))?;
         let leaf = leaf.ok_or(FsError::Invalid("block map walk found no leaf"))?;
         let want = existing.count.clamp(1, path.blocks_to_boundary + 1);
-        let (first, n) = self.alloc_for_inode(h, ino, ctx.goal, want, privileged, ctx.large)?;
+        let goal = goal_at(goal);
+        let (first, n) = self.alloc_for_inode(h, ino, goal, want, privileged, ctx.large)?;
+        if fresh || first.0.abs_diff(goal.0) > REBASE_DISTANCE {
+            // Where the file really lies (it may have stepped over a
+            // group's metadata, or moved away from another file): lay the
+            // rest out from there.
+            let rebased = (first.0 as u64).saturating_sub(position);
+            self.reservations.set_origin(ino, rebased);
+        }
         let last = path.offsets()[path.depth - 1];
         match &leaf {
             Leaf::Inode => {
@@ -283,24 +306,154 @@ impl Filesystem {
         })
     }
 
-    /// The goal for a new block: after the file's last allocation, after
-    /// the block mapped just before, or the start of the inode's group.
-    fn alloc_goal(&self, ino: InodeNo, st: &InodeState, logical: u32) -> BlockNo {
-        if let Some(last) = st.last_alloc {
-            return BlockNo(last.0 + 1);
+    /// The goal for logical block `logical` (ext3_find_goal and
+    /// ext3_find_near, in short): where the block belongs if the file lies
+    /// on disk in logical order, with its pointer blocks in line. That is
+    /// the nearest mapped block before it (under the same pointer block or
+    /// the one before), moved on by their distance in the in-line layout;
+    /// else the file's origin moved on likewise. Writes that reach the
+    /// daemon out of order (the kernel flushes a file's pages from several
+    /// FUSE threads at once) still land in order, and a file that had to
+    /// step over something (a group's metadata) continues from there.
+    /// Also says whether the origin was chosen just now.
+    fn alloc_goal(&self, ino: InodeNo, st: &InodeState, logical: u32, count: u32) -> (u64, bool) {
+        let bs = self.block_size;
+        let position = inline_position(bs, logical);
+        if let Some((k, pk)) = self.mapped_before(ino, st, logical) {
+            let distance = position - inline_position(bs, k);
+            return (self.advance(pk as u64, distance), false);
         }
-        if logical > 0 {
-            if let Ok(m) = self.map_blocks(ino, st, logical - 1, 1) {
-                if let Some(p) = m.physical {
-                    return BlockNo(p.0 + 1);
-                }
+        let (origin, fresh) = self.file_origin(ino, st, logical, count);
+        (self.advance(origin, position), fresh)
+    }
+
+    /// The nearest mapped block before `logical` under its own pointer
+    /// block or the one before: its logical and disk block numbers.
+    fn mapped_before(&self, ino: InodeNo, st: &InodeState, logical: u32) -> Option<(u32, u32)> {
+        match self.scan_back(ino, st, logical)? {
+            Ok(found) => Some(found),
+            Err(leaf_start) => self.scan_back(ino, st, leaf_start)?.ok(),
+        }
+    }
+
+    /// Looks back from `logical - 1` to the first block under the same
+    /// pointer block, over at most [`NEAR_SCAN`] slots. `Err` carries that
+    /// first block when nothing there is mapped (or the pointer block is
+    /// missing); `None` when `logical` is 0.
+    fn scan_back(
+        &self,
+        ino: InodeNo,
+        st: &InodeState,
+        logical: u32,
+    ) -> Option<std::result::Result<(u32, u32), u32>> {
+        let before = logical.checked_sub(1)?;
+        let path = path_of(self.block_size, before).ok()?;
+        let at = path.offsets()[path.depth - 1];
+        let leaf_start = before - at;
+        let (leaf, _) = self.walk(ino, st, &path, None).ok()?;
+        let lo = at.saturating_sub(NEAR_SCAN);
+        let found = match leaf {
+            None => None,
+            Some(Leaf::Inode) => (lo..=at)
+                .rev()
+                .map(|i| (i, st.disk.i_block[i as usize]))
+                .find(|&(_, p)| p != 0),
+            Some(Leaf::Block(b)) => {
+                let data = b.read();
+                (lo..=at)
+                    .rev()
+                    .map(|i| (i, slot(&data, i)))
+                    .find(|&(_, p)| p != 0)
             }
+        };
+        Some(match found {
+            Some((i, p)) => Ok((leaf_start + i, p)),
+            None => Err(leaf_start),
+        })
+    }
+
+    /// The disk block where logical block 0 of the file would lie if the
+    /// whole file were laid out in line (see [`inline_position`]); goals
+    /// with no mapped block before them are taken from it. Chosen at a
+    /// file's first allocation: the first free block of the inode's group,
+    /// or, for a large first write while other files are being written,
+    /// the middle of the widest stretch free of their windows. Also says
+    /// whether it was chosen just now (it is then moved to wherever the
+    /// first allocation actually lands).
+    fn file_origin(&self, ino: InodeNo, st: &InodeState, logical: u32, count: u32) -> (u64, bool) {
+        if let Some(o) = self.reservations.origin(ino) {
+            return (o, false);
         }
-        let sb = self.sb.lock();
-        let (g, _) = sb.inode_group(ino.0);
-        sb.group_first_block(g)
+        let origin = match st.last_alloc {
+            Some(last) if st.disk.i_blocks > 0 => {
+                let position = inline_position(self.block_size, logical);
+                (last.0 as u64 + 1).saturating_sub(position)
+            }
+            _ => {
+                let group = self.sb.lock().inode_group(ino.0).0;
+                let start = self.first_free_in_group(group);
+                let big = count >= BIG_FIRST_WRITE || logical >= BIG_FIRST_WRITE;
+                let start = if big {
+                    self.spread_start(ino, start)
+                } else {
+                    start
+                };
+                start.0 as u64
+            }
+        };
+        self.reservations.set_origin(ino, origin);
+        (origin, true)
     }
 }
+
+/// A first write this many blocks long (or this far in) marks a file that
+/// is worth placing apart from other files being written.
+const BIG_FIRST_WRITE: u32 = 256;
+/// An allocation this far from its goal moves the file's origin.
+const REBASE_DISTANCE: u32 = 4096;
+
+fn goal_at(b: u64) -> BlockNo {
+    BlockNo(b.min(u32::MAX as u64) as u32)
+}
+
+/// Where data block `logical` lies, counted from the file's first block,
+/// when every pointer block sits just before the first data block it maps
+/// (ext3's in-line layout): 12 direct blocks, the single indirect block and
+/// its data, the double indirect block, its first leaf and data, the next
+/// leaf and data, and so on.
+pub(crate) fn inline_position(block_size: u32, logical: u32) -> u64 {
+    let (p, l) = ((block_size / 4) as u64, logical as u64);
+    let (d, t) = (12 + p, 12 + p + p * p);
+    let pointers = if l < 12 {
+        0
+    } else if l < d {
+        1
+    } else if l < t {
+        1 + 1 + (l - d) / p + 1
+    } else {
+        let i = l - t;
+        (1 + 1 + p) + 1 + i / (p * p) + 1 + i / p + 1
+    };
+    l + pointers
+}
+
+/// The first logical block mapped through the pointer block at `level`
+/// (1 = the one in i_block) of `logical`'s path.
+fn first_under(block_size: u32, logical: u32, level: usize) -> u32 {
+    let p = block_size / 4;
+    let (d, t) = (12 + p, 12 + p + p * p);
+    match (logical, level) {
+        (l, _) if l < d => 12,
+        (l, 1) if l < t => d,
+        (l, _) if l < t => d + (l - d) / p * p,
+        (_, 1) => t,
+        (l, 2) => t + (l - t) / (p * p) * (p * p),
+        (l, _) => t + (l - t) / p * p,
+    }
+}
+
+/// Slots looked back over for a goal.
+const NEAR_SCAN: u32 = 1024;
 
 fn hole_mapping(count: u32, path: &BlockPath) -> Mapping {
     Mapping {
@@ -314,7 +467,11 @@ fn hole_mapping(count: u32, path: &BlockPath) -> Mapping {
 
 /// State carried through one allocating walk.
 struct AllocCtx {
-    goal: BlockNo,
+    /// The goal of the data block being mapped (pointer blocks go in line
+    /// before the data they map).
+    data_goal: u64,
+    /// The data block being mapped.
+    logical: u32,
     ino: InodeNo,
     /// The file may move away from other files' windows (see balloc.rs).
     large: bool,
