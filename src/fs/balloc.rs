@@ -324,20 +324,15 @@ impl Filesystem {
             }
         }
         let own = self.reservations.own(ino.0);
-        if let Some((start, _)) = own.filter(|&(start, _)| goal.0 < start) {
-            // A write that lags behind the window (the kernel flushes pages
-            // from several threads): fill in behind, keep the window.
-            tracing::trace!(
-                ino = ino.0,
-                goal = goal.0,
-                start,
-                "allocating behind the window"
-            );
-            return self.alloc_owned(h, ino.0, goal, count, privileged);
-        }
         let size = own
             .map_or(MIN_WINDOW, |(_, s)| s.saturating_mul(2))
             .clamp(count.max(MIN_WINDOW), MAX_WINDOW.max(count));
+        let behind = own.is_some_and(|(start, _)| goal.0 < start);
+        if behind {
+            // A write that lags behind the window (the kernel flushes pages
+            // from several threads): fill in behind, keep the window.
+            return self.alloc_owned(h, ino.0, goal, count, privileged);
+        }
         let goal = if large {
             self.spread_goal(ino, goal)
         } else {
@@ -422,16 +417,26 @@ impl Filesystem {
         BlockNo(ws.widest_gap_middle(ino.0, lo, hi, now))
     }
 
-    /// `goal`, unless another file's window holds it: then the middle of
-    /// the widest stretch free of other windows.
+    /// Whether `b` is allocated (false when the bitmap cannot be read:
+    /// this only steers a goal).
+    fn block_in_use(&self, b: BlockNo) -> bool {
+        let (g, off) = self.goal_position(b);
+        self.group_desc(GroupNo(g))
+            .and_then(|d| Ok(self.cache.get(d.block_bitmap())?))
+            .is_ok_and(|buf| test_bit(&buf.read(), off))
+    }
+
+    /// `goal`, unless it is taken or another file's window holds it: then
+    /// the middle of the widest stretch free of other windows.
     fn spread_goal(&self, ino: InodeNo, goal: BlockNo) -> BlockNo {
         let (lo, hi) = {
             let sb = self.sb.lock();
             (sb.s_first_data_block, sb.s_blocks_count)
         };
+        let taken = self.block_in_use(goal);
         let now = Instant::now();
         let ws = self.reservations.windows.lock();
-        if ws.foreign_at(ino.0, goal.0, now).is_none() {
+        if !taken && ws.foreign_at(ino.0, goal.0, now).is_none() {
             return goal;
         }
         BlockNo(ws.widest_gap_middle(ino.0, lo, hi, now))
