@@ -28,7 +28,7 @@ const MIN_WINDOW: u32 = 64;
 const MAX_WINDOW: u32 = 32768;
 /// A window not used for this long no longer holds other files off.
 const WINDOW_IDLE: Duration = Duration::from_secs(2);
-/// Inodes whose layout origin is remembered, before starting afresh.
+/// Inodes whose layout anchor is remembered, before starting afresh.
 const MAX_TRACKED: usize = 4096;
 /// Files with fewer blocks than this never move away from their goal:
 /// small files stay near their directory.
@@ -46,8 +46,8 @@ struct Window {
 struct Windows {
     by_start: BTreeMap<u32, Window>,
     by_ino: HashMap<u32, u32>,
-    /// Each inode's layout origin (see bmap.rs `file_origin`).
-    origins: HashMap<u32, u64>,
+    /// Each inode's layout anchor (see bmap.rs `file_anchor`).
+    anchors: HashMap<u32, (u32, u64)>,
 }
 
 impl Windows {
@@ -78,14 +78,21 @@ impl Windows {
         }
     }
 
+    /// Whether an inode other than `ino` holds a live window.
+    fn others_live(&self, ino: u32, now: Instant) -> bool {
+        self.by_start
+            .values()
+            .any(|w| w.ino != ino && Self::live(w, now))
+    }
+
     fn own(&self, ino: u32) -> Option<(u32, &Window)> {
         let start = *self.by_ino.get(&ino)?;
         Some((start, self.by_start.get(&start)?))
     }
 
     fn prune(&mut self, now: Instant) {
-        if self.origins.len() > MAX_TRACKED {
-            self.origins.clear();
+        if self.anchors.len() > MAX_TRACKED {
+            self.anchors.clear();
         }
         let dead: Vec<u32> = self
             .by_start
@@ -170,15 +177,15 @@ impl Reservations {
     pub(crate) fn release(&self, ino: InodeNo) {
         let mut ws = self.windows.lock();
         ws.remove(ino.0);
-        ws.origins.remove(&ino.0);
+        ws.anchors.remove(&ino.0);
     }
 
-    pub(crate) fn origin(&self, ino: InodeNo) -> Option<u64> {
-        self.windows.lock().origins.get(&ino.0).copied()
+    pub(crate) fn anchor(&self, ino: InodeNo) -> Option<(u32, u64)> {
+        self.windows.lock().anchors.get(&ino.0).copied()
     }
 
-    pub(crate) fn set_origin(&self, ino: InodeNo, origin: u64) {
-        self.windows.lock().origins.insert(ino.0, origin);
+    pub(crate) fn set_anchor(&self, ino: InodeNo, anchor: (u32, u64)) {
+        self.windows.lock().anchors.insert(ino.0, anchor);
     }
 }
 
@@ -407,11 +414,7 @@ impl Filesystem {
         };
         let now = Instant::now();
         let ws = self.reservations.windows.lock();
-        let others = ws
-            .by_start
-            .values()
-            .any(|w| w.ino != ino.0 && Windows::live(w, now));
-        if !others {
+        if !ws.others_live(ino.0, now) {
             return start;
         }
         BlockNo(ws.widest_gap_middle(ino.0, lo, hi, now))
@@ -436,7 +439,8 @@ impl Filesystem {
         let taken = self.block_in_use(goal);
         let now = Instant::now();
         let ws = self.reservations.windows.lock();
-        if !taken && ws.foreign_at(ino.0, goal.0, now).is_none() {
+        // Alone, a file has nobody to move away from.
+        if !ws.others_live(ino.0, now) || !taken && ws.foreign_at(ino.0, goal.0, now).is_none() {
             return goal;
         }
         BlockNo(ws.widest_gap_middle(ino.0, lo, hi, now))

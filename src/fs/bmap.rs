@@ -252,7 +252,6 @@ impl Filesystem {
         let path = path_of(self.block_size, logical)?;
         let sectors = (self.block_size / 512) as u64;
         let (goal, fresh) = self.alloc_goal(ino, st, logical, existing.count);
-        let position = inline_position(self.block_size, logical);
         let mut ctx = AllocCtx {
             data_goal: goal,
             logical,
@@ -267,12 +266,11 @@ impl Filesystem {
         let want = existing.count.clamp(1, path.blocks_to_boundary + 1);
         let goal = goal_at(goal);
         let (first, n) = self.alloc_for_inode(h, ino, goal, want, privileged, ctx.large)?;
-        if fresh || first.0.abs_diff(goal.0) > REBASE_DISTANCE {
+        if fresh || first == goal || first.0.abs_diff(goal.0) > REBASE_DISTANCE {
             // Where the file really lies (it may have stepped over a
             // group's metadata, or moved away from another file): lay the
             // rest out from there.
-            let rebased = (first.0 as u64).saturating_sub(position);
-            self.reservations.set_origin(ino, rebased);
+            self.reservations.set_anchor(ino, (logical, first.0 as u64));
         }
         let last = path.offsets()[path.depth - 1];
         match &leaf {
@@ -323,8 +321,13 @@ impl Filesystem {
             let distance = position - inline_position(bs, k);
             return (self.advance(pk as u64, distance), false);
         }
-        let (origin, fresh) = self.file_origin(ino, st, logical, count);
-        (self.advance(origin, position), fresh)
+        let ((a, pa), fresh) = self.file_anchor(ino, st, logical, count);
+        let from_anchor = inline_position(bs, a);
+        let goal = match position.checked_sub(from_anchor) {
+            Some(ahead) => self.advance(pa, ahead),
+            None => pa.saturating_sub(from_anchor - position),
+        };
+        (goal, fresh)
     }
 
     /// The nearest mapped block before `logical` under its own pointer
@@ -372,23 +375,26 @@ impl Filesystem {
         })
     }
 
-    /// The disk block where logical block 0 of the file would lie if the
-    /// whole file were laid out in line (see [`inline_position`]); goals
-    /// with no mapped block before them are taken from it. Chosen at a
-    /// file's first allocation: the first free block of the inode's group,
-    /// or, for a large first write while other files are being written,
-    /// the middle of the widest stretch free of their windows. Also says
-    /// whether it was chosen just now (it is then moved to wherever the
-    /// first allocation actually lands).
-    fn file_origin(&self, ino: InodeNo, st: &InodeState, logical: u32, count: u32) -> (u64, bool) {
-        if let Some(o) = self.reservations.origin(ino) {
-            return (o, false);
+    /// Where the file's in-line layout is pinned: a logical block and the
+    /// disk block it lies at (see [`inline_position`]); goals with no mapped
+    /// block before them are counted from it. Chosen at a file's first
+    /// allocation (logical block 0 at the first free block of the inode's
+    /// group, or, for a large first write while other files are being
+    /// written, in the middle of the widest stretch free of their windows),
+    /// and moved to where an allocation lands whenever that is far from its
+    /// goal. Also says whether it was chosen just now.
+    fn file_anchor(
+        &self,
+        ino: InodeNo,
+        st: &InodeState,
+        logical: u32,
+        count: u32,
+    ) -> ((u32, u64), bool) {
+        if let Some(anchor) = self.reservations.anchor(ino) {
+            return (anchor, false);
         }
-        let origin = match st.last_alloc {
-            Some(last) if st.disk.i_blocks > 0 => {
-                let position = inline_position(self.block_size, logical);
-                (last.0 as u64 + 1).saturating_sub(position)
-            }
+        let anchor = match st.last_alloc {
+            Some(last) if st.disk.i_blocks > 0 => (logical, last.0 as u64 + 1),
             _ => {
                 let group = self.sb.lock().inode_group(ino.0).0;
                 let start = self.first_free_in_group(group);
@@ -398,18 +404,18 @@ impl Filesystem {
                 } else {
                     start
                 };
-                start.0 as u64
+                (0, start.0 as u64)
             }
         };
-        self.reservations.set_origin(ino, origin);
-        (origin, true)
+        self.reservations.set_anchor(ino, anchor);
+        (anchor, true)
     }
 }
 
 /// A first write this many blocks long (or this far in) marks a file that
 /// is worth placing apart from other files being written.
 const BIG_FIRST_WRITE: u32 = 256;
-/// An allocation this far from its goal moves the file's origin.
+/// An allocation this far from its goal moves the file's anchor.
 const REBASE_DISTANCE: u32 = 4096;
 
 fn goal_at(b: u64) -> BlockNo {
