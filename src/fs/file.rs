@@ -114,7 +114,7 @@ impl Filesystem {
                 _ => {
                     self.dev.read_at(&mut out[a..b], disk)?;
                     if m.boundary && run_end == end {
-                        self.readahead.request(ino, next, next + 1);
+                        self.readahead.request(ino, next, next.saturating_add(1));
                     }
                 }
             }
@@ -136,8 +136,11 @@ impl Filesystem {
         after: u32,
         next: u32,
     ) -> Result<Option<(BlockNo, u32)>> {
-        let Some(leaf) = self.leaf_location(ino, st, next)? else {
-            return Ok(None);
+        let leaf = match self.leaf_location(ino, st, next) {
+            Ok(Some(leaf)) => leaf,
+            // No pointer block there, or the run ends at the map's reach.
+            Ok(None) | Err(FsError::FileTooBig) => return Ok(None),
+            Err(e) => return Err(e),
         };
         if leaf.0 < after || leaf.0 - after >= 3 || self.cache.peek(leaf).is_some() {
             return Ok(None);
