@@ -22,17 +22,21 @@ use super::{Filesystem, FsError, Result};
 use crate::format::{BlockNo, GroupNo, InodeNo};
 use crate::journal::Handle;
 
-/// The first window of a file, in blocks (grown to the request if larger).
+/// The smallest window, in blocks.
 const MIN_WINDOW: u32 = 64;
+/// A file's first window: at least this, or four times the request.
+const FIRST_WINDOW: u32 = 1024;
 /// A window never grows past this many blocks.
 const MAX_WINDOW: u32 = 32768;
 /// A window not used for this long no longer holds other files off.
 const WINDOW_IDLE: Duration = Duration::from_secs(2);
+/// Files smaller than this many blocks (with the request) take no window.
+const WINDOW_MIN_FILE: u64 = 64;
 /// Inodes whose layout anchor is remembered, before starting afresh.
 const MAX_TRACKED: usize = 4096;
 /// Files with fewer blocks than this never move away from their goal:
 /// small files stay near their directory.
-pub(crate) const SPREAD_MIN_BLOCKS: u64 = 2048;
+const SPREAD_MIN_BLOCKS: u64 = 2048;
 
 #[derive(Clone, Copy, Debug)]
 struct Window {
@@ -302,7 +306,9 @@ impl Filesystem {
 
     /// Allocates up to `count` data blocks for `ino` near `goal`, inside
     /// the file's reservation window, taking a new (larger) window when the
-    /// goal lies outside it. `large`: the file is big enough to be moved
+    /// goal lies outside it. `blocks`, what the file has already, decides:
+    /// small files take no window (they stay packed, and thousands of small
+    /// files written at once cost no bookkeeping); large ones may move
     /// away from another file's window rather than interleave with it.
     pub(crate) fn alloc_for_inode(
         &self,
@@ -311,9 +317,13 @@ impl Filesystem {
         goal: BlockNo,
         count: u32,
         privileged: bool,
-        large: bool,
+        blocks: u64,
     ) -> Result<(BlockNo, u32)> {
         let count = count.max(1);
+        if blocks + (count as u64) < WINDOW_MIN_FILE {
+            return self.alloc_owned(h, ino.0, goal, count, privileged);
+        }
+        let large = blocks >= SPREAD_MIN_BLOCKS;
         if let Some(end) = self.reservations.own_holding(ino.0, goal.0) {
             if self.read_only {
                 return Err(FsError::ReadOnly);
@@ -332,7 +342,9 @@ impl Filesystem {
         }
         let own = self.reservations.own(ino.0);
         let size = own
-            .map_or(MIN_WINDOW, |(_, s)| s.saturating_mul(2))
+            .map_or(count.saturating_mul(4).max(FIRST_WINDOW), |(_, s)| {
+                s.saturating_mul(2)
+            })
             .clamp(count.max(MIN_WINDOW), MAX_WINDOW.max(count));
         let behind = own.is_some_and(|(start, _)| goal.0 < start);
         if behind {

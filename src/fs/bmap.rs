@@ -12,7 +12,6 @@
 
 use std::sync::Arc;
 
-use super::balloc::SPREAD_MIN_BLOCKS;
 use super::inode::InodeState;
 use super::{Filesystem, FsError, Result};
 use crate::cache::Buffer;
@@ -225,7 +224,7 @@ impl Filesystem {
         let back = inline_position(bs, ctx.logical) - inline_position(bs, first);
         let ahead = (path.depth - level) as u64;
         let goal = goal_at(ctx.data_goal.saturating_sub(back + ahead));
-        let (b, _) = self.alloc_for_inode(h, ctx.ino, goal, 1, ctx.privileged, ctx.large)?;
+        let (b, _) = self.alloc_for_inode(h, ctx.ino, goal, 1, ctx.privileged, ctx.blocks)?;
         ctx.allocated += 1;
         let buf = self.cache.get_new(b)?;
         h.get_write_access(&buf)?;
@@ -256,7 +255,7 @@ impl Filesystem {
             data_goal: goal,
             logical,
             ino,
-            large: st.disk.i_blocks >= SPREAD_MIN_BLOCKS * sectors,
+            blocks: st.disk.i_blocks / sectors,
             privileged,
             allocated: 0,
             i_block: st.disk.i_block,
@@ -265,7 +264,7 @@ impl Filesystem {
         let leaf = leaf.ok_or(FsError::Invalid("block map walk found no leaf"))?;
         let want = existing.count.clamp(1, path.blocks_to_boundary + 1);
         let goal = goal_at(goal);
-        let (first, n) = self.alloc_for_inode(h, ino, goal, want, privileged, ctx.large)?;
+        let (first, n) = self.alloc_for_inode(h, ino, goal, want, privileged, ctx.blocks)?;
         if fresh || first == goal || first.0.abs_diff(goal.0) > REBASE_DISTANCE {
             // Where the file really lies (it may have stepped over a
             // group's metadata, or moved away from another file): lay the
@@ -479,8 +478,8 @@ struct AllocCtx {
     /// The data block being mapped.
     logical: u32,
     ino: InodeNo,
-    /// The file may move away from other files' windows (see balloc.rs).
-    large: bool,
+    /// The blocks the file has (they decide its window, see balloc.rs).
+    blocks: u64,
     privileged: bool,
     /// Pointer blocks allocated so far.
     allocated: u32,
@@ -857,5 +856,62 @@ mod tests {
             }
             unmount_and_fsck(fs, &dev, &format!("read test, {bs}-byte blocks"));
         }
+    }
+
+    /// Breaks in a file's layout over `0..n`: places where the next block
+    /// is not where ext3's in-line layout puts it after the previous one.
+    fn layout_breaks(fs: &Filesystem, ino: InodeNo, n: u32) -> usize {
+        let inode = fs.iget(ino).unwrap();
+        let st = inode.state.read();
+        let bs = fs.block_size;
+        let phys = |l: u32| fs.map_blocks(ino, &st, l, 1).unwrap().physical.unwrap().0 as u64;
+        (1..n)
+            .filter(|&l| {
+                let step = inline_position(bs, l) - inline_position(bs, l - 1);
+                phys(l) != phys(l - 1) + step
+            })
+            .count()
+    }
+
+    /// Writes reaching the daemon out of order (as the kernel's writeback
+    /// through several FUSE threads delivers them) still lay a file out in
+    /// logical order, pointer blocks in line.
+    #[test]
+    fn out_of_order_writes_land_in_order() {
+        let dev = device(4096);
+        let fs = mount(&dev, u32::MAX);
+        let f = new_file(&fs, "f");
+        let chunk = 64;
+        let order: Vec<u32> = (0..64u32).map(|i| i ^ 1).chain([67, 64, 66, 65]).collect();
+        for c in order {
+            allocate(&fs, f, c * chunk, (c + 1) * chunk, chunk);
+        }
+        assert_eq!(layout_breaks(&fs, f, 68 * chunk), 0);
+        unmount_and_fsck(fs, &dev, "out-of-order writes");
+    }
+
+    /// Two files written side by side, a chunk each in turn, do not
+    /// interleave: each keeps its blocks together, apart from the one move
+    /// a large file makes away from the other.
+    #[test]
+    fn side_by_side_writers_do_not_interleave() {
+        let dev = device(4096);
+        let fs = mount(&dev, u32::MAX);
+        let (a, b) = (new_file(&fs, "a"), new_file(&fs, "b"));
+        let chunk = 256;
+        for c in 0..24 {
+            for f in [a, b] {
+                allocate(&fs, f, c * chunk, (c + 1) * chunk, chunk);
+            }
+        }
+        let breaks = [
+            layout_breaks(&fs, a, 24 * chunk),
+            layout_breaks(&fs, b, 24 * chunk),
+        ];
+        assert!(
+            breaks.iter().all(|&n| n <= 3),
+            "breaks per file: {breaks:?}"
+        );
+        unmount_and_fsck(fs, &dev, "side-by-side writers");
     }
 }
