@@ -221,9 +221,8 @@ impl Filesystem {
     ) -> Result<BlockNo> {
         let bs = self.block_size;
         let first = first_under(bs, ctx.logical, level);
-        let back = inline_position(bs, ctx.logical) - inline_position(bs, first);
         let ahead = (path.depth - level) as u64;
-        let goal = goal_at(ctx.data_goal.saturating_sub(back + ahead));
+        let goal = self.goal_from(ctx.pin, inline_position(bs, first) - ahead);
         let (b, _) = self.alloc_for_inode(h, ctx.ino, goal, 1, ctx.privileged, ctx.blocks)?;
         ctx.allocated += 1;
         let buf = self.cache.get_new(b)?;
@@ -250,9 +249,9 @@ impl Filesystem {
         }
         let path = path_of(self.block_size, logical)?;
         let sectors = (self.block_size / 512) as u64;
-        let (goal, fresh) = self.alloc_goal(ino, st, logical, existing.count);
+        let (pin, fresh) = self.alloc_goal(ino, st, logical, existing.count);
         let mut ctx = AllocCtx {
-            data_goal: goal,
+            pin,
             logical,
             ino,
             blocks: st.disk.i_blocks / sectors,
@@ -263,7 +262,7 @@ impl Filesystem {
         let (leaf, _) = self.walk(ino, st, &path, Some((h, &mut ctx)))?;
         let leaf = leaf.ok_or(FsError::Invalid("block map walk found no leaf"))?;
         let want = existing.count.clamp(1, path.blocks_to_boundary + 1);
-        let goal = goal_at(goal);
+        let goal = self.goal_from(pin, inline_position(self.block_size, logical));
         let (first, n) = self.alloc_for_inode(h, ino, goal, want, privileged, ctx.blocks)?;
         if fresh || first == goal || first.0.abs_diff(goal.0) > REBASE_DISTANCE {
             // Where the file really lies (it may have stepped over a
@@ -313,20 +312,31 @@ impl Filesystem {
     /// FUSE threads at once) still land in order, and a file that had to
     /// step over something (a group's metadata) continues from there.
     /// Also says whether the origin was chosen just now.
-    fn alloc_goal(&self, ino: InodeNo, st: &InodeState, logical: u32, count: u32) -> (u64, bool) {
+    fn alloc_goal(&self, ino: InodeNo, st: &InodeState, logical: u32, count: u32) -> (Pin, bool) {
         let bs = self.block_size;
-        let position = inline_position(bs, logical);
         if let Some((k, pk)) = self.mapped_before(ino, st, logical) {
-            let distance = position - inline_position(bs, k);
-            return (self.advance(pk as u64, distance), false);
+            let pin = Pin {
+                position: inline_position(bs, k),
+                physical: pk as u64,
+            };
+            return (pin, false);
         }
         let ((a, pa), fresh) = self.file_anchor(ino, st, logical, count);
-        let from_anchor = inline_position(bs, a);
-        let goal = match position.checked_sub(from_anchor) {
-            Some(ahead) => self.advance(pa, ahead),
-            None => pa.saturating_sub(from_anchor - position),
+        let pin = Pin {
+            position: inline_position(bs, a),
+            physical: pa,
         };
-        (goal, fresh)
+        (pin, fresh)
+    }
+
+    /// The disk block for in-line `position`, counted from `pin`: forward
+    /// over group metadata, backward plainly (a short way, inside a group).
+    fn goal_from(&self, pin: Pin, position: u64) -> BlockNo {
+        let b = match position.checked_sub(pin.position) {
+            Some(ahead) => self.advance(pin.physical, ahead),
+            None => pin.physical.saturating_sub(pin.position - position),
+        };
+        goal_at(b)
     }
 
     /// The nearest mapped block before `logical` under its own pointer
@@ -411,6 +421,14 @@ impl Filesystem {
     }
 }
 
+/// A known point of a file's in-line layout: the block at `position`
+/// (see [`inline_position`]) lies at `physical`.
+#[derive(Clone, Copy, Debug)]
+struct Pin {
+    position: u64,
+    physical: u64,
+}
+
 /// A first write this many blocks long (or this far in) marks a file that
 /// is worth placing apart from other files being written.
 const BIG_FIRST_WRITE: u32 = 256;
@@ -472,9 +490,9 @@ fn hole_mapping(count: u32, path: &BlockPath) -> Mapping {
 
 /// State carried through one allocating walk.
 struct AllocCtx {
-    /// The goal of the data block being mapped (pointer blocks go in line
-    /// before the data they map).
-    data_goal: u64,
+    /// Where goals are counted from (pointer blocks go in line before the
+    /// data they map).
+    pin: Pin,
     /// The data block being mapped.
     logical: u32,
     ino: InodeNo,
