@@ -47,6 +47,8 @@ pub struct DaemonConfig {
     pub record: Option<PathBuf>,
     /// -o devsim=: a latency model over the backing store.
     pub devsim: Option<crate::device::DevSimParams>,
+    /// -o max_map=N (`u32::MAX` when not given).
+    pub max_map: u32,
 }
 
 /// Opens the backing store and mounts the filesystem in-process.
@@ -101,6 +103,7 @@ pub fn open_recorded(
         errors: cfg.errors,
         // A daemon told errors=panic stops as a crashed machine would.
         panic_action: crate::fs::error::PanicAction::ExitProcess,
+        max_map: cfg.max_map,
     };
     let fs = Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
         let why = crate::fs::mount::refusal_reason(&*dev).unwrap_or_else(|| e.to_string());

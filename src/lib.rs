@@ -29,7 +29,10 @@
 //!    two writers cannot leave an older copy in the buffer; nothing else is
 //!    taken under them but buffer data locks.
 //! 5. A group lock (`Filesystem::group_locks`), one at a time, taken by
-//!    allocation and freeing while inode locks are held.
+//!    allocation and freeing while inode locks are held. The reservation
+//!    windows (`Filesystem::reservations`) and read patterns
+//!    (`Filesystem::readahead`) are leaves below it: nothing is taken while
+//!    they are held.
 //! 6. Buffer cache locks, in the cache's own order (src/cache/mod.rs): a
 //!    buffer's writeback lock, a buffer's data lock, a shard mutex. Callers
 //!    hold no buffer guard when they commit (`Journal::force_commit` writes

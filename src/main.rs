@@ -110,6 +110,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             .map(jbdfs::device::DevSimParams::parse)
             .transpose()
             .map_err(anyhow::Error::msg)?,
+        max_map: opts.max_map.filter(|&n| n > 0).unwrap_or(u32::MAX),
     };
     daemon::check_mountable(&cfg)?;
     if foreground {

@@ -84,6 +84,7 @@ impl Mounted {
             errors: Default::default(),
             record: None,
             devsim: None,
+            max_map: u32::MAX,
         };
         let server = std::thread::spawn(move || serve(&cfg));
         let deadline = Instant::now() + Duration::from_secs(20);

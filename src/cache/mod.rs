@@ -192,6 +192,26 @@ impl BufferCache {
         read.map(|()| bufs)
     }
 
+    /// Caches `bytes`, just read from the device along with other data, as
+    /// `block`'s contents, unless the block is cached uptodate already (a
+    /// cached copy may be newer than the device's).
+    pub fn fill_read(&self, block: BlockNo, bytes: &[u8]) -> io::Result<()> {
+        self.check_range(block, 1)?;
+        if bytes.len() != self.block_size {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "fill_read needs exactly one block",
+            ));
+        }
+        let l = self.lookup_or_insert(block, Access::Read);
+        let filled = l.buf.fill_with(|data| {
+            data.copy_from_slice(bytes);
+            Ok(())
+        });
+        self.relieve(block, l.writeback);
+        filled
+    }
+
     /// The cached, uptodate buffer for `block`, if any. No I/O, and not
     /// counted as an access.
     pub fn peek(&self, block: BlockNo) -> Option<Arc<Buffer>> {

@@ -88,7 +88,7 @@ impl Filesystem {
     ) -> Result<Mapping> {
         let path = path_of(self.block_size, logical)?;
         let (leaf, _) = self.walk(ino, st, &path, None)?;
-        let max = max.clamp(1, path.blocks_to_boundary + 1);
+        let max = max.min(self.max_map).clamp(1, path.blocks_to_boundary + 1);
         let Some(leaf) = leaf else {
             return Ok(hole_mapping(max, &path));
         };
@@ -157,7 +157,7 @@ impl Filesystem {
                 let Some((h, ctx)) = alloc.as_mut() else {
                     return Ok((None, false));
                 };
-                ptr = self.alloc_pointer_block(h, ctx)?.0;
+                ptr = self.alloc_pointer_block(h, ctx, path, level)?.0;
                 match &parent {
                     None => {
                         ctx.set_i_block(path.offsets()[0] as usize, ptr);
@@ -183,9 +183,47 @@ impl Filesystem {
         Ok((parent.map(Leaf::Block), changed_inode))
     }
 
-    fn alloc_pointer_block(&self, h: &mut Handle<'_>, ctx: &mut AllocCtx) -> Result<BlockNo> {
-        let (b, _) = self.alloc_blocks(h, ctx.goal, 1, ctx.privileged)?;
-        ctx.goal = BlockNo(b.0 + 1);
+    /// The pointer block that holds `logical`'s pointer: `None` for a
+    /// direct block or when a level of the path is missing. The levels
+    /// above it are read (through the cache); the block itself is not.
+    pub(crate) fn leaf_location(
+        &self,
+        ino: InodeNo,
+        st: &InodeState,
+        logical: u32,
+    ) -> Result<Option<BlockNo>> {
+        let path = path_of(self.block_size, logical)?;
+        if path.depth == 1 {
+            return Ok(None);
+        }
+        let mut ptr = st.disk.i_block[path.offsets()[0] as usize];
+        for level in 1..path.depth - 1 {
+            if ptr == 0 {
+                return Ok(None);
+            }
+            let buf = self.cache.get(self.check_ptr(ino, ptr)?)?;
+            ptr = slot(&buf.read(), path.offsets()[level]);
+        }
+        if ptr == 0 {
+            return Ok(None);
+        }
+        self.check_ptr(ino, ptr).map(Some)
+    }
+
+    /// Allocates the pointer block at `level` of `path`, in line: just
+    /// before the first data block it maps, after the pointer blocks above.
+    fn alloc_pointer_block(
+        &self,
+        h: &mut Handle<'_>,
+        ctx: &mut AllocCtx,
+        path: &BlockPath,
+        level: usize,
+    ) -> Result<BlockNo> {
+        let bs = self.block_size;
+        let first = first_under(bs, ctx.logical, level);
+        let ahead = (path.depth - level) as u64;
+        let goal = self.goal_from(ctx.pin, inline_position(bs, first) - ahead);
+        let (b, _) = self.alloc_for_inode(h, ctx.ino, goal, 1, ctx.privileged, ctx.blocks)?;
         ctx.allocated += 1;
         let buf = self.cache.get_new(b)?;
         h.get_write_access(&buf)?;
@@ -210,8 +248,13 @@ impl Filesystem {
             return Ok(existing);
         }
         let path = path_of(self.block_size, logical)?;
+        let sectors = (self.block_size / 512) as u64;
+        let (pin, fresh) = self.alloc_goal(ino, st, logical, existing.count);
         let mut ctx = AllocCtx {
-            goal: self.alloc_goal(ino, st, logical),
+            pin,
+            logical,
+            ino,
+            blocks: st.disk.i_blocks / sectors,
             privileged,
             allocated: 0,
             i_block: st.disk.i_block,
@@ -219,7 +262,14 @@ impl Filesystem {
         let (leaf, _) = self.walk(ino, st, &path, Some((h, &mut ctx)))?;
         let leaf = leaf.ok_or(FsError::Invalid("block map walk found no leaf"))?;
         let want = existing.count.clamp(1, path.blocks_to_boundary + 1);
-        let (first, n) = self.alloc_blocks(h, ctx.goal, want, privileged)?;
+        let goal = self.goal_from(pin, inline_position(self.block_size, logical));
+        let (first, n) = self.alloc_for_inode(h, ino, goal, want, privileged, ctx.blocks)?;
+        if fresh || first == goal || first.0.abs_diff(goal.0) > REBASE_DISTANCE {
+            // Where the file really lies (it may have stepped over a
+            // group's metadata, or moved away from another file): lay the
+            // rest out from there.
+            self.reservations.set_anchor(ino, (logical, first.0 as u64));
+        }
         let last = path.offsets()[path.depth - 1];
         match &leaf {
             Leaf::Inode => {
@@ -238,7 +288,6 @@ impl Filesystem {
             }
         }
         st.disk.i_block = ctx.i_block;
-        let sectors = (self.block_size / 512) as u64;
         st.disk.i_blocks += (ctx.allocated + n) as u64 * sectors;
         st.last_alloc = Some(BlockNo(first.0 + n - 1));
         Ok(Mapping {
@@ -253,24 +302,181 @@ impl Filesystem {
         })
     }
 
-    /// The goal for a new block: after the file's last allocation, after
-    /// the block mapped just before, or the start of the inode's group.
-    fn alloc_goal(&self, ino: InodeNo, st: &InodeState, logical: u32) -> BlockNo {
-        if let Some(last) = st.last_alloc {
-            return BlockNo(last.0 + 1);
+    /// The goal for logical block `logical` (ext3_find_goal and
+    /// ext3_find_near, in short): where the block belongs if the file lies
+    /// on disk in logical order, with its pointer blocks in line. That is
+    /// the nearest mapped block before it (under the same pointer block or
+    /// the one before), moved on by their distance in the in-line layout;
+    /// else the file's origin moved on likewise. Writes that reach the
+    /// daemon out of order (the kernel flushes a file's pages from several
+    /// FUSE threads at once) still land in order, and a file that had to
+    /// step over something (a group's metadata) continues from there.
+    /// Also says whether the origin was chosen just now.
+    fn alloc_goal(&self, ino: InodeNo, st: &InodeState, logical: u32, count: u32) -> (Pin, bool) {
+        let bs = self.block_size;
+        if let Some((k, pk)) = self.mapped_before(ino, st, logical) {
+            let pin = Pin {
+                position: inline_position(bs, k),
+                physical: pk as u64,
+            };
+            return (pin, false);
         }
-        if logical > 0 {
-            if let Ok(m) = self.map_blocks(ino, st, logical - 1, 1) {
-                if let Some(p) = m.physical {
-                    return BlockNo(p.0 + 1);
-                }
+        let ((a, pa), fresh) = self.file_anchor(ino, st, logical, count);
+        let pin = Pin {
+            position: inline_position(bs, a),
+            physical: pa,
+        };
+        (pin, fresh)
+    }
+
+    /// The disk block for in-line `position`, counted from `pin`: forward
+    /// over group metadata, backward plainly (a short way, inside a group).
+    fn goal_from(&self, pin: Pin, position: u64) -> BlockNo {
+        let b = match position.checked_sub(pin.position) {
+            Some(ahead) => self.advance(pin.physical, ahead),
+            None => pin.physical.saturating_sub(pin.position - position),
+        };
+        goal_at(b)
+    }
+
+    /// The nearest mapped block before `logical` under its own pointer
+    /// block or the one before: its logical and disk block numbers.
+    fn mapped_before(&self, ino: InodeNo, st: &InodeState, logical: u32) -> Option<(u32, u32)> {
+        match self.scan_back(ino, st, logical)? {
+            Ok(found) => Some(found),
+            Err(leaf_start) => self.scan_back(ino, st, leaf_start)?.ok(),
+        }
+    }
+
+    /// Looks back from `logical - 1` to the first block under the same
+    /// pointer block, over at most [`NEAR_SCAN`] slots. `Err` carries that
+    /// first block when nothing there is mapped (or the pointer block is
+    /// missing); `None` when `logical` is 0.
+    fn scan_back(
+        &self,
+        ino: InodeNo,
+        st: &InodeState,
+        logical: u32,
+    ) -> Option<std::result::Result<(u32, u32), u32>> {
+        let before = logical.checked_sub(1)?;
+        let path = path_of(self.block_size, before).ok()?;
+        let at = path.offsets()[path.depth - 1];
+        let leaf_start = before - at;
+        let (leaf, _) = self.walk(ino, st, &path, None).ok()?;
+        let lo = at.saturating_sub(NEAR_SCAN);
+        let found = match leaf {
+            None => None,
+            Some(Leaf::Inode) => (lo..=at)
+                .rev()
+                .map(|i| (i, st.disk.i_block[i as usize]))
+                .find(|&(_, p)| p != 0),
+            Some(Leaf::Block(b)) => {
+                let data = b.read();
+                (lo..=at)
+                    .rev()
+                    .map(|i| (i, slot(&data, i)))
+                    .find(|&(_, p)| p != 0)
             }
+        };
+        Some(match found {
+            Some((i, p)) => Ok((leaf_start + i, p)),
+            None => Err(leaf_start),
+        })
+    }
+
+    /// Where the file's in-line layout is pinned: a logical block and the
+    /// disk block it lies at (see [`inline_position`]); goals with no mapped
+    /// block before them are counted from it. Chosen at a file's first
+    /// allocation (logical block 0 at the first free block of the inode's
+    /// group, or, for a large first write while other files are being
+    /// written, in the middle of the widest stretch free of their windows),
+    /// and moved to where an allocation lands whenever that is far from its
+    /// goal. Also says whether it was chosen just now.
+    fn file_anchor(
+        &self,
+        ino: InodeNo,
+        st: &InodeState,
+        logical: u32,
+        count: u32,
+    ) -> ((u32, u64), bool) {
+        if let Some(anchor) = self.reservations.anchor(ino) {
+            return (anchor, false);
         }
-        let sb = self.sb.lock();
-        let (g, _) = sb.inode_group(ino.0);
-        sb.group_first_block(g)
+        let anchor = match st.last_alloc {
+            Some(last) if st.disk.i_blocks > 0 => (logical, last.0 as u64 + 1),
+            _ => {
+                let group = self.sb.lock().inode_group(ino.0).0;
+                let start = self.first_free_in_group(group);
+                let big = count >= BIG_FIRST_WRITE || logical >= BIG_FIRST_WRITE;
+                let start = if big {
+                    self.spread_start(ino, start)
+                } else {
+                    start
+                };
+                (0, start.0 as u64)
+            }
+        };
+        self.reservations.set_anchor(ino, anchor);
+        (anchor, true)
     }
 }
+
+/// A known point of a file's in-line layout: the block at `position`
+/// (see [`inline_position`]) lies at `physical`.
+#[derive(Clone, Copy, Debug)]
+struct Pin {
+    position: u64,
+    physical: u64,
+}
+
+/// A first write this many blocks long (or this far in) marks a file that
+/// is worth placing apart from other files being written.
+const BIG_FIRST_WRITE: u32 = 256;
+/// An allocation this far from its goal moves the file's anchor.
+const REBASE_DISTANCE: u32 = 4096;
+
+fn goal_at(b: u64) -> BlockNo {
+    BlockNo(b.min(u32::MAX as u64) as u32)
+}
+
+/// Where data block `logical` lies, counted from the file's first block,
+/// when every pointer block sits just before the first data block it maps
+/// (ext3's in-line layout): 12 direct blocks, the single indirect block and
+/// its data, the double indirect block, its first leaf and data, the next
+/// leaf and data, and so on.
+pub(crate) fn inline_position(block_size: u32, logical: u32) -> u64 {
+    let (p, l) = ((block_size / 4) as u64, logical as u64);
+    let (d, t) = (12 + p, 12 + p + p * p);
+    let pointers = if l < 12 {
+        0
+    } else if l < d {
+        1
+    } else if l < t {
+        1 + 1 + (l - d) / p + 1
+    } else {
+        let i = l - t;
+        (1 + 1 + p) + 1 + i / (p * p) + 1 + i / p + 1
+    };
+    l + pointers
+}
+
+/// The first logical block mapped through the pointer block at `level`
+/// (1 = the one in i_block) of `logical`'s path.
+fn first_under(block_size: u32, logical: u32, level: usize) -> u32 {
+    let p = block_size / 4;
+    let (d, t) = (12 + p, 12 + p + p * p);
+    match (logical, level) {
+        (l, _) if l < d => 12,
+        (l, 1) if l < t => d,
+        (l, _) if l < t => d + (l - d) / p * p,
+        (_, 1) => t,
+        (l, 2) => t + (l - t) / (p * p) * (p * p),
+        (l, _) => t + (l - t) / p * p,
+    }
+}
+
+/// Slots looked back over for a goal.
+const NEAR_SCAN: u32 = 1024;
 
 fn hole_mapping(count: u32, path: &BlockPath) -> Mapping {
     Mapping {
@@ -284,7 +490,14 @@ fn hole_mapping(count: u32, path: &BlockPath) -> Mapping {
 
 /// State carried through one allocating walk.
 struct AllocCtx {
-    goal: BlockNo,
+    /// Where goals are counted from (pointer blocks go in line before the
+    /// data they map).
+    pin: Pin,
+    /// The data block being mapped.
+    logical: u32,
+    ino: InodeNo,
+    /// The blocks the file has (they decide its window, see balloc.rs).
+    blocks: u64,
     privileged: bool,
     /// Pointer blocks allocated so far.
     allocated: u32,
@@ -294,5 +507,429 @@ struct AllocCtx {
 impl AllocCtx {
     fn set_i_block(&mut self, i: usize, v: u32) {
         self.i_block[i] = v;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    //! get_blocks and its boundary flag at every edge of every indirection
+    //! level, for every block size. The oracle for "which pointer block
+    //! holds this block" is ext3's layout worked out by hand below, not
+    //! `block_to_path`; e2fsck checks each image afterwards.
+
+    use super::*;
+    use crate::device::{BlockDevice, MemoryDevice};
+    use crate::fs::namei::Caller;
+    use crate::fs::MountConfig;
+    use crate::mkfs::{format, plan, MkfsOptions, Zeroed};
+    use parking_lot::Mutex;
+
+    const ROOT: InodeNo = InodeNo(2);
+    const ME: Caller = Caller { uid: 0, gid: 0 };
+    const SIZES: [u32; 3] = [1024, 2048, 4096];
+
+    /// A memory device that logs every read, to count device requests.
+    struct Logged {
+        mem: MemoryDevice,
+        reads: Mutex<Vec<(u64, usize)>>,
+    }
+
+    impl BlockDevice for Logged {
+        fn read_at(&self, buf: &mut [u8], offset: u64) -> std::io::Result<()> {
+            self.reads.lock().push((offset, buf.len()));
+            self.mem.read_at(buf, offset)
+        }
+        fn write_at(&self, buf: &[u8], offset: u64) -> std::io::Result<()> {
+            self.mem.write_at(buf, offset)
+        }
+        fn flush(&self) -> std::io::Result<()> {
+            self.mem.flush()
+        }
+        fn size(&self) -> u64 {
+            self.mem.size()
+        }
+    }
+
+    fn device(bs: u32) -> Arc<Logged> {
+        let size = 96 << 20;
+        let opts = MkfsOptions {
+            block_size: Some(bs),
+            ..Default::default()
+        };
+        let mem = MemoryDevice::new(size).unwrap();
+        let g = plan(&opts, size).unwrap();
+        let mut quiet = crate::util::Progress::quiet();
+        format(&mem, &opts, &g, Zeroed::All, &mut quiet).unwrap();
+        Arc::new(Logged {
+            mem,
+            reads: Mutex::new(Vec::new()),
+        })
+    }
+
+    fn mount(dev: &Arc<Logged>, max_map: u32) -> Arc<Filesystem> {
+        let cfg = MountConfig {
+            max_map,
+            cache_size: 8 << 20,
+            ..Default::default()
+        };
+        let dev: Arc<dyn BlockDevice> = dev.clone();
+        Filesystem::mount(dev, &cfg).unwrap()
+    }
+
+    /// Which pointer block holds logical block `l`'s pointer: its level
+    /// (0 for the inode itself) and its index among that level's blocks.
+    fn holder(bs: u32, l: u32) -> (u32, u64) {
+        let (p, l) = (bs as u64 / 4, l as u64);
+        let (d, t) = (12 + p, 12 + p + p * p);
+        match l {
+            l if l < 12 => (0, 0),
+            l if l < d => (1, 0),
+            l if l < t => (2, (l - d) / p),
+            l => (3, (l - t) / p),
+        }
+    }
+
+    fn boundary_after(bs: u32, last: u32) -> bool {
+        holder(bs, last) != holder(bs, last + 1)
+    }
+
+    /// The last block under a pointer block, at each edge worth testing:
+    /// direct to single, single to double, two changes of leaf inside the
+    /// double tree, double to triple, two leaf changes inside the triple
+    /// tree and a change of its middle level.
+    fn edges(bs: u32) -> Vec<u32> {
+        let p = bs / 4;
+        let (d, t) = (12 + p, 12 + p + p * p);
+        vec![
+            11,
+            d - 1,
+            d + p - 1,
+            d + 2 * p - 1,
+            t - 1,
+            t + p - 1,
+            t + 2 * p - 1,
+            t + p * p - 1,
+        ]
+    }
+
+    /// Dense ranges that together cross every edge.
+    fn dense_ranges(bs: u32) -> Vec<(u32, u32)> {
+        let p = bs / 4;
+        let (d, t) = (12 + p, 12 + p + p * p);
+        vec![
+            (0, d + 2 * p + 3),
+            (t - 3, t + 2 * p + 3),
+            (t + p * p - 3, t + p * p + 3),
+        ]
+    }
+
+    fn new_file(fs: &Filesystem, name: &str) -> InodeNo {
+        fs.mknod(ROOT, name.as_bytes(), 0o100644, 0, ME).unwrap().0
+    }
+
+    /// Allocates `lo..hi` with get_blocks (create=true), `max` blocks a
+    /// call, checking each returned run's boundary flag.
+    fn allocate(fs: &Filesystem, ino: InodeNo, lo: u32, hi: u32, max: u32) {
+        let inode = fs.iget(ino).unwrap();
+        let mut st = inode.state.write();
+        let mut pos = lo;
+        while pos < hi {
+            let mut h = fs.journal.start(64).unwrap();
+            let m = fs
+                .get_blocks(&mut h, ino, &mut st, pos, max.min(hi - pos), true)
+                .unwrap();
+            assert!(m.physical.is_some() && m.count >= 1 && pos + m.count <= hi);
+            assert!(m.count <= fs.max_map);
+            let last = pos + m.count - 1;
+            assert_eq!(m.boundary, boundary_after(fs.block_size, last), "at {pos}");
+            pos += m.count;
+            let size = (pos as u64 * fs.block_size as u64).max(st.disk.i_size);
+            st.disk.i_size = size;
+            fs.write_inode(&mut h, ino, &st.disk).unwrap();
+            h.stop().unwrap();
+        }
+    }
+
+    /// Checks every mapping from every start in `lo..hi` against the
+    /// single-block mappings: a run is their concatenation, it is maximal,
+    /// and its boundary is set exactly where the next block has another
+    /// holder. get_blocks (create=true) over mapped blocks agrees.
+    fn check_runs(fs: &Filesystem, ino: InodeNo, lo: u32, hi: u32) {
+        let bs = fs.block_size;
+        let inode = fs.iget(ino).unwrap();
+        let mut st = inode.state.write();
+        let single: Vec<Option<u32>> = (lo..hi)
+            .map(|l| {
+                let m = fs.map_blocks(ino, &st, l, 1).unwrap();
+                assert_eq!((m.count, m.boundary), (1, boundary_after(bs, l)));
+                m.physical.map(|p| p.0)
+            })
+            .collect();
+        let at = |l: u32| single[(l - lo) as usize];
+        for s in lo..hi {
+            let m = fs.map_blocks(ino, &st, s, hi - s).unwrap();
+            let end = s + m.count;
+            assert!(m.count >= 1 && end <= hi);
+            let first = m.physical.map(|p| p.0);
+            for i in 0..m.count {
+                assert_eq!(at(s + i), first.map(|p| p + i), "run from {s}, block {i}");
+            }
+            let last = end - 1;
+            assert_eq!(m.boundary, boundary_after(bs, last), "run {s}..{end}");
+            if end < hi && !m.boundary && fs.max_map > m.count {
+                let continues = at(end) == first.map(|p| p + m.count);
+                assert!(!continues, "run {s}..{end} stopped early");
+            }
+            if first.is_some() {
+                let mut h = fs.journal.start(64).unwrap();
+                let g = fs.get_blocks(&mut h, ino, &mut st, s, hi - s, true);
+                h.stop().unwrap();
+                assert_eq!(g.unwrap(), m, "get_blocks from {s}");
+            }
+        }
+        let mut flat = Vec::new();
+        let mut pos = lo;
+        while pos < hi {
+            let m = fs.map_blocks(ino, &st, pos, hi - pos).unwrap();
+            flat.extend((0..m.count).map(|i| m.physical.map(|p| p.0 + i)));
+            pos += m.count;
+        }
+        assert_eq!(flat, single);
+    }
+
+    fn unmount_and_fsck(fs: Arc<Filesystem>, dev: &Logged, what: &str) {
+        fs.unmount().unwrap();
+        drop(fs);
+        if std::process::Command::new("e2fsck")
+            .arg("-V")
+            .output()
+            .is_err()
+        {
+            eprintln!("skipping e2fsck of {what}: e2fsck is not installed");
+            return;
+        }
+        let path = std::env::temp_dir().join(format!(
+            "jbdfs-bmap-{}-{}.img",
+            std::process::id(),
+            crate::util::unique_suffix()
+        ));
+        std::fs::write(&path, dev.mem.snapshot()).unwrap();
+        let out = std::process::Command::new("e2fsck")
+            .arg("-fn")
+            .arg(&path)
+            .output()
+            .unwrap();
+        let _ = std::fs::remove_file(&path);
+        assert!(
+            out.status.success(),
+            "e2fsck on {what}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+
+    #[test]
+    fn dense_files_map_in_runs_with_exact_boundaries() {
+        for bs in SIZES {
+            let dev = device(bs);
+            let fs = mount(&dev, u32::MAX);
+            for (i, &(lo, hi)) in dense_ranges(bs).iter().enumerate() {
+                let multi = new_file(&fs, &format!("multi{i}"));
+                allocate(&fs, multi, lo, hi, u32::MAX);
+                check_runs(&fs, multi, lo, hi);
+                let single = new_file(&fs, &format!("single{i}"));
+                allocate(&fs, single, lo, hi, 1);
+                check_runs(&fs, single, lo, hi);
+            }
+            unmount_and_fsck(fs, &dev, &format!("dense files, {bs}-byte blocks"));
+        }
+    }
+
+    #[test]
+    fn sparse_files_map_in_runs_with_exact_boundaries() {
+        for bs in SIZES {
+            let dev = device(bs);
+            let fs = mount(&dev, u32::MAX);
+            // Around each edge e: a hole at e-1 and e+3, blocks elsewhere,
+            // and one file with the edge itself a hole.
+            let mapped = new_file(&fs, "mapped-edges");
+            let holed = new_file(&fs, "holed-edges");
+            for e in edges(bs) {
+                for l in [e - 2, e, e + 1, e + 2] {
+                    allocate(&fs, mapped, l, l + 1, 1);
+                }
+                for l in [e - 1, e + 1] {
+                    allocate(&fs, holed, l, l + 1, 1);
+                }
+            }
+            for e in edges(bs) {
+                check_runs(&fs, mapped, e - 3, e + 4);
+                check_runs(&fs, holed, e - 3, e + 4);
+            }
+            unmount_and_fsck(fs, &dev, &format!("sparse files, {bs}-byte blocks"));
+        }
+    }
+
+    #[test]
+    fn max_map_one_maps_block_by_block() {
+        for bs in SIZES {
+            let dev = device(bs);
+            let fs = mount(&dev, 1);
+            let (lo, hi) = dense_ranges(bs)[0];
+            let f = new_file(&fs, "f");
+            allocate(&fs, f, lo, hi, u32::MAX);
+            check_runs(&fs, f, lo, hi);
+            let inode = fs.iget(f).unwrap();
+            let st = inode.state.read();
+            for l in lo..hi {
+                assert_eq!(fs.map_blocks(f, &st, l, hi - l).unwrap().count, 1);
+            }
+            drop(st);
+            unmount_and_fsck(fs, &dev, &format!("max_map=1, {bs}-byte blocks"));
+        }
+    }
+
+    /// A file written sequentially has its pointer blocks in line, each
+    /// just before the data it maps, as ext3 lays it out.
+    #[test]
+    fn sequential_allocation_puts_pointer_blocks_in_line() {
+        for bs in SIZES {
+            let dev = device(bs);
+            let fs = mount(&dev, u32::MAX);
+            let p = bs / 4;
+            let (lo, hi) = dense_ranges(bs)[0];
+            let f = new_file(&fs, "f");
+            let data = vec![0x5Au8; 64 << 10];
+            let mut at = 0u64;
+            while at < hi as u64 * bs as u64 {
+                fs.write(f, at, &data, true).unwrap();
+                at += data.len() as u64;
+            }
+            let inode = fs.iget(f).unwrap();
+            let st = inode.state.read();
+            let phys = |l: u32| fs.map_blocks(f, &st, l, 1).unwrap().physical.unwrap().0;
+            let leaf = |l: u32| fs.leaf_location(f, &st, l).unwrap().unwrap().0;
+            for l in lo + 1..hi {
+                let gap = match l {
+                    12 => 1,               // the single indirect block
+                    l if l == 12 + p => 2, // the double indirect and its first leaf
+                    l if (l - 12 - p) % p == 0 => 1,
+                    _ => 0,
+                };
+                assert_eq!(
+                    phys(l),
+                    phys(l - 1) + 1 + gap,
+                    "block {l}, {bs}-byte blocks"
+                );
+                if gap > 0 {
+                    assert_eq!(leaf(l), phys(l) - 1);
+                }
+            }
+            drop(st);
+            unmount_and_fsck(fs, &dev, &format!("sequential file, {bs}-byte blocks"));
+        }
+    }
+
+    /// The read path: data read back is what was written, across every
+    /// edge, in one request or in odd pieces; a cold sequential read makes
+    /// one device read per run and never a separate read for a leaf
+    /// pointer block that lies beside the data.
+    #[test]
+    fn reads_cross_edges_with_one_device_read_per_run() {
+        for bs in SIZES {
+            let dev = device(bs);
+            let fs = mount(&dev, u32::MAX);
+            let (lo, hi) = dense_ranges(bs)[0];
+            let f = new_file(&fs, "f");
+            let len = (hi - lo) as usize * bs as usize;
+            let pattern: Vec<u8> = (0..len).map(|i| (i * 7 % 251) as u8).collect();
+            fs.write(f, 0, &pattern, true).unwrap();
+            fs.unmount().unwrap();
+            drop(fs);
+            let fs = mount(&dev, u32::MAX);
+            let leaves: Vec<u32> = {
+                let inode = fs.iget(f).unwrap();
+                let st = inode.state.read();
+                (lo..hi)
+                    .filter_map(|l| fs.leaf_location(f, &st, l).unwrap())
+                    .map(|b| b.0)
+                    .collect()
+            };
+            fs.cache.invalidate_all();
+            dev.reads.lock().clear();
+            assert_eq!(fs.read(f, 0, len as u32).unwrap(), pattern);
+            let reads = dev.reads.lock().clone();
+            for (off, n) in &reads {
+                let one_leaf = *n == bs as usize && leaves.contains(&((off / bs as u64) as u32));
+                assert!(!one_leaf, "separate read of leaf block {}", off / bs as u64);
+            }
+            let mut piece = 0;
+            let mut at = 0;
+            while at < len {
+                let n = [1, 4095, 4096, 70_000, 1 << 20][piece % 5].min(len - at);
+                let got = fs.read(f, at as u64, n as u32).unwrap();
+                assert_eq!(got, pattern[at..at + n], "{n} bytes at {at}");
+                at += n;
+                piece += 1;
+            }
+            unmount_and_fsck(fs, &dev, &format!("read test, {bs}-byte blocks"));
+        }
+    }
+
+    /// Breaks in a file's layout over `0..n`: places where the next block
+    /// is not where ext3's in-line layout puts it after the previous one.
+    fn layout_breaks(fs: &Filesystem, ino: InodeNo, n: u32) -> usize {
+        let inode = fs.iget(ino).unwrap();
+        let st = inode.state.read();
+        let bs = fs.block_size;
+        let phys = |l: u32| fs.map_blocks(ino, &st, l, 1).unwrap().physical.unwrap().0 as u64;
+        (1..n)
+            .filter(|&l| {
+                let step = inline_position(bs, l) - inline_position(bs, l - 1);
+                phys(l) != phys(l - 1) + step
+            })
+            .count()
+    }
+
+    /// Writes reaching the daemon out of order (as the kernel's writeback
+    /// through several FUSE threads delivers them) still lay a file out in
+    /// logical order, pointer blocks in line.
+    #[test]
+    fn out_of_order_writes_land_in_order() {
+        let dev = device(4096);
+        let fs = mount(&dev, u32::MAX);
+        let f = new_file(&fs, "f");
+        let chunk = 64;
+        let order: Vec<u32> = (0..64u32).map(|i| i ^ 1).chain([67, 64, 66, 65]).collect();
+        for c in order {
+            allocate(&fs, f, c * chunk, (c + 1) * chunk, chunk);
+        }
+        assert_eq!(layout_breaks(&fs, f, 68 * chunk), 0);
+        unmount_and_fsck(fs, &dev, "out-of-order writes");
+    }
+
+    /// Two files written side by side, a chunk each in turn, do not
+    /// interleave: each keeps its blocks together, apart from the one move
+    /// a large file makes away from the other.
+    #[test]
+    fn side_by_side_writers_do_not_interleave() {
+        let dev = device(4096);
+        let fs = mount(&dev, u32::MAX);
+        let (a, b) = (new_file(&fs, "a"), new_file(&fs, "b"));
+        let chunk = 256;
+        for c in 0..24 {
+            for f in [a, b] {
+                allocate(&fs, f, c * chunk, (c + 1) * chunk, chunk);
+            }
+        }
+        let breaks = [
+            layout_breaks(&fs, a, 24 * chunk),
+            layout_breaks(&fs, b, 24 * chunk),
+        ];
+        assert!(
+            breaks.iter().all(|&n| n <= 3),
+            "breaks per file: {breaks:?}"
+        );
+        unmount_and_fsck(fs, &dev, "side-by-side writers");
     }
 }

@@ -48,9 +48,49 @@ impl Filesystem {
         }
         let mut out = vec![0u8; (end - offset) as usize];
         self.read_into(ino, &st, offset, &mut out)?;
+        self.read_ahead(ino, &st, offset, end);
         Ok(out)
     }
 
+    /// While a file is read sequentially, asks for the pointer blocks of
+    /// the readahead window past `end` to be read in the background.
+    fn read_ahead(&self, ino: InodeNo, st: &InodeState, offset: u64, end: u64) {
+        let window = self.readahead.observe(ino, offset, end - offset);
+        let bs = self.block_size as u64;
+        let to = (end + window).min(st.disk.i_size).div_ceil(bs);
+        let from = end.div_ceil(bs);
+        if window > 0 && to > from && to <= u32::MAX as u64 {
+            self.readahead.request(ino, from as u32, to as u32);
+        }
+    }
+
+    /// Reads the pointer blocks that map logical blocks `from..to` into the
+    /// cache, one per last-level pointer block (see readahead.rs).
+    pub(crate) fn load_leaves(
+        &self,
+        ino: InodeNo,
+        st: &InodeState,
+        from: u32,
+        to: u32,
+    ) -> Result<()> {
+        let mut logical = from;
+        while logical < to {
+            let path = crate::format::indirect::block_to_path(self.block_size, logical as u64)
+                .map_err(|_| FsError::FileTooBig)?;
+            if let Some(leaf) = self.leaf_location(ino, st, logical)? {
+                if self.cache.peek(leaf).is_none() {
+                    self.cache.get(leaf)?;
+                }
+            }
+            logical = logical.saturating_add(path.blocks_to_boundary + 1);
+        }
+        Ok(())
+    }
+
+    /// One device read per contiguous run. Where a run ends at a pointer
+    /// block boundary and the next pointer block lies just after it on
+    /// disk (as ext3 allocates it, in line), that block is read in the
+    /// same request and put in the cache.
     fn read_into(&self, ino: InodeNo, st: &InodeState, offset: u64, out: &mut [u8]) -> Result<()> {
         let bs = self.block_size as u64;
         let mut pos = offset;
@@ -60,19 +100,60 @@ impl Filesystem {
             let want = ((end - 1) / bs - pos / bs + 1) as u32;
             let m = self.map_blocks(ino, st, logical, want)?;
             let run_end = ((logical as u64 + m.count as u64) * bs).min(end);
-            let dst = &mut out[(pos - offset) as usize..(run_end - offset) as usize];
-            match m.physical {
-                None => dst.fill(0),
-                Some(p) => {
-                    self.data.read(dst, p.0 as u64 * bs + pos % bs)?;
-                    if self.data_journal || self.has_logged_tails() {
-                        self.overlay_cached(p.0, logical as u64 * bs, pos, dst);
+            let (a, b) = ((pos - offset) as usize, (run_end - offset) as usize);
+            let Some(p) = m.physical else {
+                out[a..b].fill(0);
+                pos = run_end;
+                continue;
+            };
+            let disk = p.0 as u64 * bs + pos % bs;
+            let next = logical + m.count;
+            let beside = match m.boundary {
+                true => self.leaf_beside(ino, st, p.0 + m.count, next)?,
+                false => None,
+            };
+            match beside {
+                Some((leaf, extra)) if (end - run_end) >= extra as u64 * bs => {
+                    let with = b + extra as usize * bs as usize;
+                    self.data.read(&mut out[a..with], disk)?;
+                    let at = with - bs as usize;
+                    self.cache.fill_read(leaf, &out[at..with])?;
+                }
+                _ => {
+                    self.data.read(&mut out[a..b], disk)?;
+                    if m.boundary && run_end == end {
+                        self.readahead.request(ino, next, next.saturating_add(1));
                     }
                 }
+            }
+            if self.data_journal || self.has_logged_tails() {
+                self.overlay_cached(p.0, logical as u64 * bs, pos, &mut out[a..b]);
             }
             pos = run_end;
         }
         Ok(())
+    }
+
+    /// The uncached pointer block for logical block `next`, when it lies
+    /// within the three blocks from `after` (the block after a run ends):
+    /// the block and how many blocks from `after` reach it.
+    fn leaf_beside(
+        &self,
+        ino: InodeNo,
+        st: &InodeState,
+        after: u32,
+        next: u32,
+    ) -> Result<Option<(BlockNo, u32)>> {
+        let leaf = match self.leaf_location(ino, st, next) {
+            Ok(Some(leaf)) => leaf,
+            // No pointer block there, or the run ends at the map's reach.
+            Ok(None) | Err(FsError::FileTooBig) => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if leaf.0 < after || leaf.0 - after >= 3 || self.cache.peek(leaf).is_some() {
+            return Ok(None);
+        }
+        Ok(Some((leaf, leaf.0 - after + 1)))
     }
 
     /// data=journal, or a logged truncate tail (tail.rs): the newest copy of
@@ -339,6 +420,7 @@ impl Filesystem {
         }
         let bs = self.block_size as u64;
         if size < st.disk.i_size {
+            self.reservations.release(ino);
             let tail = size % bs;
             if tail != 0 {
                 let m = self.map_blocks(ino, st, (size / bs) as u32, 1)?;

@@ -15,6 +15,7 @@ pub mod inode;
 pub mod mount;
 pub mod namei;
 pub mod orphan;
+pub mod readahead;
 pub mod rename;
 pub mod tail;
 pub mod truncate;

@@ -34,6 +34,9 @@ pub struct MountConfig {
     pub errors: crate::options::ErrorsPolicy,
     /// What errors=panic does after recording the error.
     pub panic_action: super::error::PanicAction,
+    /// `-o max_map=N`: blocks one block-map call may map (1 forces
+    /// single-block mapping, for the A/B); `u32::MAX` is no limit.
+    pub max_map: u32,
 }
 
 impl Default for MountConfig {
@@ -47,6 +50,7 @@ impl Default for MountConfig {
             data_writeback: false,
             errors: Default::default(),
             panic_action: Default::default(),
+            max_map: u32::MAX,
         }
     }
 }
@@ -88,6 +92,11 @@ pub struct Filesystem {
     pub(crate) xattr_share: super::xattr::XattrShare,
     /// The errors= policy and the errors seen (see error.rs).
     pub(crate) errors: Arc<super::error::ErrorState>,
+    /// The most blocks one get_blocks/map_blocks call maps (`-o max_map=`).
+    pub(crate) max_map: u32,
+    /// Per-inode allocation windows and read patterns (see bmap.rs).
+    pub(crate) reservations: super::balloc::Reservations,
+    pub(crate) readahead: super::readahead::ReadPatterns,
 }
 
 /// Reads and validates the primary superblock.
@@ -279,8 +288,12 @@ impl Filesystem {
             logged_tails: Default::default(),
             xattr_share: Default::default(),
             errors,
+            max_map: config.max_map.max(1),
+            reservations: Default::default(),
+            readahead: Default::default(),
         });
         fs.errors.attach_journal(&fs.journal);
+        fs.readahead.start(Arc::downgrade(&fs))?;
         if !read_only {
             if !fs.data_journal {
                 fs.journal.set_commit_flush_hook(fs.data.clone());

@@ -138,8 +138,21 @@ impl fuser::Filesystem for JbdFuse {
         let offered = config.capabilities();
         let _ = config.add_capabilities(wanted & offered);
         let _ = config.set_max_write(MAX_WRITE);
-        let _ = config.set_max_readahead(MAX_WRITE);
-        tracing::info!(capabilities = ?(wanted & offered), "FUSE session initialised");
+        // The kernel offers at most its default readahead for the mount's
+        // bdi (128 KiB unless raised); ask for all it allows, up to 1 MiB.
+        let readahead = match config.set_max_readahead(MAX_WRITE) {
+            Ok(_) => MAX_WRITE,
+            Err(nearest) => {
+                let _ = config.set_max_readahead(nearest);
+                nearest
+            }
+        };
+        tracing::info!(
+            capabilities = ?(wanted & offered),
+            max_write = MAX_WRITE,
+            max_readahead = readahead,
+            "FUSE session initialised"
+        );
         Ok(())
     }
 
