@@ -29,7 +29,12 @@ fn to_io(e: crate::format::FormatError) -> io::Error {
 impl Journal {
     /// Commits the running transaction now, on the calling thread.
     pub(super) fn commit_running(&self) -> io::Result<()> {
-        let _one = self.commit_lock.lock();
+        self.commit_locked(self.commit_lock.lock())
+    }
+
+    /// Commits the running transaction; `_one` is the commit lock, held
+    /// to the end.
+    pub(super) fn commit_locked(&self, _one: parking_lot::MutexGuard<'_, ()>) -> io::Result<()> {
         let Some(log) = self.log.get() else {
             return self.cache.sync_all();
         };
@@ -64,7 +69,7 @@ impl Journal {
         }
         st.locked = true;
         while st.running.updates > 0 {
-            self.wake.wait(&mut st);
+            self.drained.wait(&mut st);
         }
         let next = Transaction::new(st.running.tid + 1);
         let t = std::mem::replace(&mut st.running, next);
@@ -233,9 +238,26 @@ impl Journal {
                 requested || old
             };
             if due {
-                let _ = j.commit_running();
+                let _ = j.commit_if_due(interval);
             }
             drop(j);
+        }
+    }
+
+    /// The commit thread's commit: only if it is still due once the commit
+    /// lock is held, since a synchronous handle may have committed on its
+    /// own thread meanwhile (committing early would cut a batch short).
+    fn commit_if_due(&self, interval: Duration) -> io::Result<()> {
+        let one = self.commit_lock.lock();
+        let due = {
+            let st = self.state.lock();
+            st.commit_request > st.committed
+                || (st.running.started.elapsed() >= interval && !st.running.is_empty())
+        };
+        if due {
+            self.commit_locked(one)
+        } else {
+            Ok(())
         }
     }
 
