@@ -31,6 +31,7 @@ util-linux     -
 mount          mount losetup
 kmod           modprobe
 python3        python3
+g++            g++
 "
 
 pkg_installed() {

@@ -10,7 +10,8 @@
 #   3. cargo clippy           lints, warnings are errors
 #   4. cargo test --release   every test in the workspace (release: making
 #                             multi-GiB images and the FUSE tests are slow in debug)
-#   5. crash-campaign --quick crash states of in-process workloads (docs/CRASH.md)
+#   5. scripts/fuzz.sh 20     each fuzz target for 20 seconds
+#   6. crash-campaign --quick crash states of in-process workloads (docs/CRASH.md)
 # Works from any directory.
 set -euo pipefail
 
@@ -31,6 +32,7 @@ step scripts/deps.sh
 step cargo fmt --all -- --check
 step cargo clippy --workspace --all-targets -- -D warnings
 step cargo test --workspace --release
+step scripts/fuzz.sh 20  # each fuzz target for 20 s (fuzz/README.md)
 step scripts/crash-campaign --quick
 
 section "all steps passed"

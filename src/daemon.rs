@@ -41,6 +41,8 @@ pub struct DaemonConfig {
     pub data_journal: bool,
     /// -o data=writeback.
     pub data_writeback: bool,
+    /// -o errors=continue|remount-ro|panic.
+    pub errors: crate::options::ErrorsPolicy,
     /// -o record=PATH: log every write, flush and mark for crash testing.
     pub record: Option<PathBuf>,
 }
@@ -88,6 +90,9 @@ pub fn open_recorded(
         dirsync: cfg.dirsync,
         data_journal: cfg.data_journal,
         data_writeback: cfg.data_writeback,
+        errors: cfg.errors,
+        // A daemon told errors=panic stops as a crashed machine would.
+        panic_action: crate::fs::error::PanicAction::ExitProcess,
     };
     let fs = Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
         let why = crate::fs::mount::refusal_reason(&*dev).unwrap_or_else(|| e.to_string());

@@ -102,6 +102,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         dirsync: opts.dirsync || opts.sync,
         data_journal: opts.data == jbdfs::options::DataMode::Journal,
         data_writeback: opts.data == jbdfs::options::DataMode::Writeback,
+        errors: opts.errors,
         record: opts.record.clone(),
     };
     daemon::check_mountable(&cfg)?;

@@ -1,7 +1,5 @@
 //! Crash states the campaign (`scripts/crash-campaign`) found failing, kept
-//! as regression tests. Each names the bug in docs/CRASH.md. Tests of bugs
-//! not yet fixed are `#[ignore]`d with the reason, so CI stays meaningful;
-//! run them with `cargo test --release --test crash_regressions -- --ignored`.
+//! as regression tests. Each names the bug in docs/CRASH.md.
 
 mod common;
 mod crash_common;
@@ -26,7 +24,6 @@ fn fresh() -> Arc<MemoryDevice> {
 /// a crash between leaves the old size over zeroed bytes that were
 /// fsync'd. Found as truncate_append state 16 (ordered and writeback).
 #[test]
-#[ignore = "CRASH-1 open: src/fs/file.rs set_size zeroes the tail home before the commit"]
 fn shrinking_truncate_never_zeroes_synced_bytes_inside_the_old_size() {
     // The window depends on when the data writer runs: try it often.
     for data_writeback in [false, true].repeat(8) {
@@ -80,7 +77,6 @@ fn shrinking_truncate_never_zeroes_synced_bytes_inside_the_old_size() {
 /// e2fsck reports "i_size is X, should be Y". Found as fsx state 21 (every
 /// mode); it needs no crash, a clean unmount shows it.
 #[test]
-#[ignore = "CRASH-2 open: src/fs/file.rs fallocate(KEEP_SIZE) allocates past i_size"]
 fn fallocate_keep_size_past_eof_leaves_e2fsck_clean() {
     let mem = fresh();
     let dev: Arc<dyn BlockDevice> = mem.clone();
@@ -106,7 +102,6 @@ fn fallocate_keep_size_past_eof_leaves_e2fsck_clean() {
 /// fsx state 188 in data=journal (the copies there are file data; in any
 /// mode they can be indirect or directory blocks).
 #[test]
-#[ignore = "CRASH-3 open: src/journal/transaction.rs revoke drops checkpoint copies before the revoke commits"]
 fn freed_blocks_keep_their_checkpoint_copy_until_the_free_commits() {
     let mem = fresh();
     let base = mem.snapshot();

@@ -81,6 +81,7 @@ impl Mounted {
             dirsync: false,
             data_journal: false,
             data_writeback: false,
+            errors: Default::default(),
             record: None,
         };
         let server = std::thread::spawn(move || serve(&cfg));

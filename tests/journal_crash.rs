@@ -13,7 +13,7 @@ use jbdfs::device::{FileDevice, OpenOptions};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::Caller;
 use jbdfs::fs::{Filesystem, MountConfig};
-use jbdfs::mkfs::{make_filesystem, MkfsOptions, Request};
+use jbdfs::mkfs::MkfsOptions;
 
 const ROOT: InodeNo = InodeNo(2);
 const ME: Caller = Caller { uid: 0, gid: 0 };
@@ -25,18 +25,11 @@ fn data(i: usize) -> Vec<u8> {
 }
 
 fn jbdfs_image(bs: u32) -> TempImage {
-    let img = TempImage::new("journal");
-    let req = Request {
-        options: MkfsOptions {
-            block_size: Some(bs),
-            ..Default::default()
-        },
-        size: Some(64 << 20),
-        quiet: true,
+    let opts = MkfsOptions {
+        block_size: Some(bs),
         ..Default::default()
     };
-    make_filesystem(&img.path, &req).unwrap();
-    img
+    jbdfs_image_with("journal", opts, 64 << 20)
 }
 
 fn mount(path: &Path) -> Arc<Filesystem> {

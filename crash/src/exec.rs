@@ -132,7 +132,13 @@ fn run_op(fs: &Filesystem, op: &Op) -> anyhow::Result<()> {
             keep_size,
         } => {
             let f = resolve(fs, path).map_err(err)?;
-            fs.fallocate(f, *off, *len, *keep_size, true).map_err(err)?;
+            match fs.fallocate(f, *off, *len, *keep_size, true) {
+                // Past the last block, KEEP_SIZE is refused: ext3 cannot own
+                // blocks beyond i_size (docs/CRASH.md, CRASH-2). It changes
+                // no content either way, so the model needs no change.
+                Err(jbdfs::fs::FsError::NotSupported) if *keep_size => {}
+                r => r.map_err(err)?,
+            }
         }
         Op::Truncate { path, size } => {
             let f = resolve(fs, path).map_err(err)?;

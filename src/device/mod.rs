@@ -5,12 +5,14 @@
 //! (`Send + Sync`, `&self` methods), so concurrent readers and writers never
 //! serialise on a lock in this layer unless the backing store demands it.
 
+pub mod fault;
 pub mod file;
 pub mod memory;
 pub mod record;
 
 use std::io::{self, IoSlice};
 
+pub use fault::{FaultDevice, FaultOp, FaultPlan};
 pub use file::{FileDevice, OpenOptions};
 pub use memory::MemoryDevice;
 pub use record::{Event, RecordingDevice};

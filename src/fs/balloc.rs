@@ -148,6 +148,7 @@ impl Filesystem {
     pub(crate) fn free_blocks(&self, h: &mut Handle<'_>, start: BlockNo, count: u32) -> Result<()> {
         // No queued data write may land on the blocks' next owner.
         self.data.cancel(start.0, count);
+        self.logged_tails.remove(start.0, count);
         let mut b = start.0;
         let end = start.0.saturating_add(count);
         while b < end {

@@ -9,12 +9,19 @@ use crate::format::inode::Timestamp;
 use crate::format::{BlockNo, InodeNo};
 use crate::journal::Handle;
 
-/// Journal credits for one write call: a bitmap, a descriptor and the
-/// inode, plus the pointer blocks a run may need.
-const WRITE_CREDITS: u32 = 16;
+/// Journal credits to map one run of new blocks, beyond its pointer
+/// blocks: bitmaps and descriptors for the data and its pointer blocks
+/// (either may cross a group), the superblock, the inode, and the pointer
+/// chain above the run.
+const RUN_BASE_CREDITS: u32 = 16;
 
 /// Blocks of file data one handle logs in data=journal.
 const JOURNALED_CHUNK_BLOCKS: usize = 64;
+
+/// Blocks one handle maps otherwise. Credits would allow more; the bound
+/// keeps handles short and lets the data queue throttle a huge write
+/// (an in-process caller may pass any length) every few MiB.
+const MAPPED_CHUNK_BLOCKS: usize = 1024;
 
 fn now() -> Timestamp {
     let (sec, nsec) = crate::util::now();
@@ -58,7 +65,7 @@ impl Filesystem {
                 None => dst.fill(0),
                 Some(p) => {
                     self.data.read(dst, p.0 as u64 * bs + pos % bs)?;
-                    if self.data_journal {
+                    if self.data_journal || self.has_logged_tails() {
                         self.overlay_cached(p.0, logical as u64 * bs, pos, dst);
                     }
                 }
@@ -68,8 +75,9 @@ impl Filesystem {
         Ok(())
     }
 
-    /// data=journal: the newest copy of a data block may be in the cache
-    /// (logged, not yet home), so cached blocks win over the device.
+    /// data=journal, or a logged truncate tail (tail.rs): the newest copy of
+    /// a data block may be in the cache (logged, not yet home), so cached
+    /// blocks win over the device.
     fn overlay_cached(&self, first: u32, run_start: u64, pos: u64, dst: &mut [u8]) {
         let bs = self.block_size as u64;
         let end = pos + dst.len() as u64;
@@ -102,26 +110,60 @@ impl Filesystem {
         if !st.disk.is_reg() {
             return Err(FsError::Invalid("write to a non-regular file"));
         }
-        // data=journal logs file data, so a large write is split into
-        // handles the log can hold; otherwise one handle maps it all.
+        // A large write is split into handles the log can hold: in
+        // data=journal for its data, otherwise for its pointer blocks.
         let chunk = if self.data_journal {
             JOURNALED_CHUNK_BLOCKS * self.block_size as usize
         } else {
-            data.len().max(1)
+            MAPPED_CHUNK_BLOCKS * self.block_size as usize
         };
         let mut written = 0;
-        for piece in data.chunks(chunk) {
+        while written < data.len() {
             if !self.data_journal {
                 self.data.throttle();
             }
+            let piece = &data[written..(written + chunk).min(data.len())];
             let at = offset + written as u64;
-            let n = self.write_handle(ino, &mut st, at, piece, privileged)?;
-            written += n;
-            if n < piece.len() {
-                break;
+            match self.write_handle(ino, &mut st, at, piece, privileged) {
+                Ok(0) => break,
+                Ok(n) => written += n,
+                // What was written stays written, as on Linux.
+                Err(_) if written > 0 => break,
+                Err(e) => return Err(e),
             }
         }
         Ok(written)
+    }
+
+    /// Credits for a run of `n` blocks: its pointer blocks (new ones and
+    /// the ones they hang from), the fixed part, and in data=journal the
+    /// data blocks themselves.
+    fn run_credits(&self, n: u32) -> u32 {
+        let per_pointer_block = self.block_size / 4;
+        let logged = if self.data_journal { n } else { 0 };
+        2 * (n / per_pointer_block + 1) + RUN_BASE_CREDITS + logged
+    }
+
+    /// How many of `want` blocks the handle's credits can map in one run,
+    /// extending the handle where the transaction has room; at least one
+    /// credit is kept for the inode. Zero means: end this handle.
+    fn fit_run(&self, h: &mut Handle<'_>, want: u32) -> u32 {
+        let need = self.run_credits(want) + 1;
+        if h.credits() >= need || h.extend(need - h.credits()) {
+            return want;
+        }
+        let mut n = want / 2;
+        while n > 0 && self.run_credits(n) + 1 > h.credits() {
+            n /= 2;
+        }
+        n
+    }
+
+    /// Credits to start a handle that writes `len` bytes.
+    fn write_credits(&self, len: usize) -> u32 {
+        let blocks = (len as u64).div_ceil(self.block_size as u64) + 1;
+        let want = self.run_credits(blocks.min(u32::MAX as u64) as u32) + 1;
+        want.min(self.journal.max_transaction_credits())
     }
 
     /// One handle's worth of a write: map, write, update the inode.
@@ -133,7 +175,7 @@ impl Filesystem {
         data: &[u8],
         privileged: bool,
     ) -> Result<usize> {
-        let mut h = self.journal.start(WRITE_CREDITS)?;
+        let mut h = self.journal.start(self.write_credits(data.len()))?;
         let (written, err) = self.write_runs(&mut h, ino, st, offset, data, privileged);
         if written > 0 {
             let end = offset + written as u64;
@@ -173,7 +215,11 @@ impl Filesystem {
         let mut pos = offset;
         while pos < end {
             let logical = (pos / bs) as u32;
-            let want = ((end - 1) / bs - pos / bs + 1) as u32;
+            let want = self.fit_run(h, ((end - 1) / bs - pos / bs + 1) as u32);
+            if want == 0 {
+                // Out of credits: the caller goes on in a new handle.
+                return ((pos - offset) as usize, None);
+            }
             let m = match self.get_blocks(h, ino, st, logical, want, privileged) {
                 Ok(m) => m,
                 Err(e) => return ((pos - offset) as usize, Some(e)),
@@ -185,12 +231,21 @@ impl Filesystem {
                 );
             };
             let run_start = logical as u64 * bs;
-            let chunk_end = (run_start + m.count as u64 * bs).min(end);
+            // A logged truncate tail is written through the log too.
+            let (count, logged) = match self.data_journal {
+                true => (m.count, true),
+                false => match self.plain_data_prefix(p.0, m.count) {
+                    0 if h.extend(1) || h.credits() > 1 => (1, true),
+                    0 => return ((pos - offset) as usize, None),
+                    n => (n, false),
+                },
+            };
+            let chunk_end = (run_start + count as u64 * bs).min(end);
             let src = &data[(pos - offset) as usize..(chunk_end - offset) as usize];
-            let res = if self.data_journal {
+            let res = if logged {
                 self.write_run_journaled(h, p.0, run_start, pos, src, m.new)
             } else {
-                self.write_run(p.0 as u64 * bs, run_start, pos, src, m.new)
+                self.write_run(ino, p.0 as u64 * bs, run_start, pos, src, m.new)
             };
             if let Err(e) = res {
                 return ((pos - offset) as usize, Some(e));
@@ -203,7 +258,15 @@ impl Filesystem {
     /// Writes `src` at file offset `pos` inside a run of blocks that starts
     /// at disk byte `disk` (file offset `run_start`). Partial blocks at the
     /// edges keep their old bytes, or read as zeros when newly allocated.
-    fn write_run(&self, disk: u64, run_start: u64, pos: u64, src: &[u8], new: bool) -> Result<()> {
+    fn write_run(
+        &self,
+        ino: InodeNo,
+        disk: u64,
+        run_start: u64,
+        pos: u64,
+        src: &[u8],
+        new: bool,
+    ) -> Result<()> {
         let bs = self.block_size as u64;
         let end = pos + src.len() as u64;
         let lo = pos / bs * bs;
@@ -211,7 +274,7 @@ impl Filesystem {
         let disk_lo = disk + (lo - run_start);
         let first = (disk_lo / bs) as u32;
         if lo == pos && hi == end {
-            self.data.write(first, src);
+            self.data.write(ino.0, first, src);
             return Ok(());
         }
         let mut buf = vec![0u8; (hi - lo) as usize];
@@ -226,7 +289,7 @@ impl Filesystem {
         }
         let at = (pos - lo) as usize;
         buf[at..at + src.len()].copy_from_slice(src);
-        self.data.write(first, &buf);
+        self.data.write(ino.0, first, &buf);
         Ok(())
     }
 
@@ -286,10 +349,7 @@ impl Filesystem {
                         buf.write()[tail as usize..].fill(0);
                         h.dirty_metadata(&buf)?;
                     } else {
-                        let mut block = vec![0u8; bs as usize];
-                        self.data.read(&mut block, p.0 as u64 * bs)?;
-                        block[tail as usize..].fill(0);
-                        self.data.write(p.0, &block);
+                        self.zero_tail_logged(h, p, tail as usize)?;
                     }
                 }
             }
@@ -303,15 +363,17 @@ impl Filesystem {
 }
 
 impl Filesystem {
-    /// fsync and fdatasync: everything written so far is durable on return.
-    /// File data is written out first, then the transaction holding its
-    /// metadata commits; the commit's flush covers the data, and when there
-    /// was nothing to commit the device is flushed here.
-    pub fn fsync(&self, _ino: InodeNo, _datasync: bool) -> Result<()> {
+    /// fsync and fdatasync: the file's data and everything the journal
+    /// holds so far are durable on return. The file's queued data is written
+    /// out first, then the running transaction commits (in data=ordered that
+    /// commit writes every file's queued data, as ext3's does); the commit's
+    /// flush covers the data, and when no commit flushed after it the
+    /// device is flushed here.
+    pub fn fsync(&self, ino: InodeNo, _datasync: bool) -> Result<()> {
         if self.read_only {
             return Ok(());
         }
-        let written = self.data.drain();
+        let written = self.data.drain_inode(ino.0);
         if let Some(e) = self.data.take_error() {
             return Err(e.into());
         }
@@ -349,24 +411,46 @@ impl Filesystem {
             return Err(FsError::Invalid("fallocate of a non-regular file"));
         }
         let bs = self.block_size as u64;
+        if keep_size && end.div_ceil(bs) > st.disk.i_size.div_ceil(bs) {
+            // A block-mapped file cannot own blocks past its size (ext4's
+            // EOFBLOCKS flag is for extents; e2fsck rejects them here), and
+            // silently allocating less would break fallocate's promise.
+            // Linux refuses fallocate on such files altogether.
+            return Err(FsError::NotSupported);
+        }
         let mut logical = offset / bs;
         let last = (end - 1) / bs;
-        let mut h = self.journal.start(WRITE_CREDITS)?;
-        let mut res = Ok(());
-        while logical <= last && res.is_ok() {
-            let want = (last - logical + 1).min(u32::MAX as u64) as u32;
-            res = self
-                .fill_hole(&mut h, ino, &mut st, logical as u32, want, privileged)
-                .map(|n| logical += n as u64);
+        loop {
+            let left = (last + 1 - logical).min(u32::MAX as u64) as usize;
+            let mut h = self
+                .journal
+                .start(self.write_credits(left.saturating_mul(bs as usize)))?;
+            let mut res = Ok(());
+            while logical <= last && res.is_ok() {
+                let want = self.fit_run(&mut h, (last - logical + 1).min(u32::MAX as u64) as u32);
+                if want == 0 {
+                    break;
+                }
+                res = self
+                    .fill_hole(&mut h, ino, &mut st, logical as u32, want, privileged)
+                    .map(|n| logical += n as u64);
+            }
+            let done = logical > last;
+            if res.is_ok() && !keep_size {
+                // Each handle commits on its own, so i_size must cover the
+                // blocks allocated so far (ext3 allows no blocks past it).
+                let reached = if done { end } else { logical * bs };
+                st.disk.i_size = st.disk.i_size.max(reached);
+            }
+            st.disk.i_ctime = now();
+            let wrote = self.write_inode(&mut h, ino, &st.disk);
+            h.stop()?;
+            res?;
+            wrote?;
+            if done {
+                return Ok(());
+            }
         }
-        if res.is_ok() && !keep_size && end > st.disk.i_size {
-            st.disk.i_size = end;
-        }
-        st.disk.i_ctime = now();
-        let wrote = self.write_inode(&mut h, ino, &st.disk);
-        h.stop()?;
-        res?;
-        wrote
     }
 
     /// Allocates and zeroes the blocks of a hole at `logical`, or skips

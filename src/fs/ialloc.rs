@@ -17,7 +17,7 @@ impl Filesystem {
         parent: InodeNo,
         is_dir: bool,
     ) -> Result<InodeNo> {
-        if self.read_only {
+        if self.is_read_only() {
             return Err(FsError::ReadOnly);
         }
         let parent_group = self.sb.lock().inode_group(parent.0).0;

@@ -8,6 +8,7 @@ pub mod balloc;
 pub mod bmap;
 pub mod data;
 pub mod dir;
+pub mod error;
 pub mod file;
 pub mod ialloc;
 pub mod inode;
@@ -15,6 +16,7 @@ pub mod mount;
 pub mod namei;
 pub mod orphan;
 pub mod rename;
+pub mod tail;
 pub mod truncate;
 pub mod xattr;
 

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use parking_lot::Mutex;
 
+use super::error::{ErrorState, WatchedDevice};
 use super::{FsError, Result};
 use crate::cache::{Buffer, BufferCache};
 use crate::device::BlockDevice;
@@ -29,6 +30,10 @@ pub struct MountConfig {
     pub data_journal: bool,
     /// `-o data=writeback`: commits do not wait for file data.
     pub data_writeback: bool,
+    /// `-o errors=`: what an error does (see error.rs).
+    pub errors: crate::options::ErrorsPolicy,
+    /// What errors=panic does after recording the error.
+    pub panic_action: super::error::PanicAction,
 }
 
 impl Default for MountConfig {
@@ -40,6 +45,8 @@ impl Default for MountConfig {
             dirsync: false,
             data_journal: false,
             data_writeback: false,
+            errors: Default::default(),
+            panic_action: Default::default(),
         }
     }
 }
@@ -73,10 +80,14 @@ pub struct Filesystem {
     pub(crate) data_journal: bool,
     /// File data on its way home (data=ordered and data=writeback).
     pub(crate) data: Arc<super::data::DataQueue>,
+    /// Truncate tails logged as metadata (see tail.rs).
+    pub(crate) logged_tails: super::tail::LoggedTails,
     /// Serialises renames across directories (see rename.rs).
     pub(crate) rename_lock: Mutex<()>,
     /// Shareable xattr blocks (see xattr.rs).
     pub(crate) xattr_share: super::xattr::XattrShare,
+    /// The errors= policy and the errors seen (see error.rs).
+    pub(crate) errors: Arc<super::error::ErrorState>,
 }
 
 /// Reads and validates the primary superblock.
@@ -180,6 +191,7 @@ fn recover_if_needed(
     if !report.needed {
         return Ok(None);
     }
+    super::error::keep_error_record_after_replay(dev, sb)?;
     tracing::info!(
         transactions = report.transactions,
         blocks = report.blocks_replayed,
@@ -222,8 +234,20 @@ impl Filesystem {
             return Err(Corruption::new(Location::Superblock, err).into());
         }
         let data_limit = data_queue_limit(config.cache_size);
-        let cache = Arc::new(BufferCache::new(
+        let errors = ErrorState::new(
+            config.errors,
+            config.panic_action,
             dev.clone(),
+            &sb,
+            read_only,
+        );
+        // Metadata (through the cache) and file data reach the device through
+        // watches that apply the errors= policy to I/O errors.
+        let meta_dev: Arc<dyn BlockDevice> =
+            Arc::new(WatchedDevice::new(dev.clone(), errors.clone(), true));
+        let dev: Arc<dyn BlockDevice> = Arc::new(WatchedDevice::new(dev, errors.clone(), false));
+        let cache = Arc::new(BufferCache::new(
+            meta_dev,
             block_size as usize,
             config.cache_size.saturating_sub(data_limit),
         ));
@@ -252,8 +276,11 @@ impl Filesystem {
             dirsync: config.dirsync,
             data_journal: config.data_journal && !read_only,
             data,
+            logged_tails: Default::default(),
             xattr_share: Default::default(),
+            errors,
         });
+        fs.errors.attach_journal(&fs.journal);
         if !read_only {
             if !fs.data_journal {
                 fs.journal.set_commit_flush_hook(fs.data.clone());
@@ -273,8 +300,9 @@ impl Filesystem {
         self.journal.stats()
     }
 
+    /// Mounted read-only, or made so by an error (errors=remount-ro).
     pub fn is_read_only(&self) -> bool {
-        self.read_only
+        self.read_only || self.errors.is_read_only()
     }
 
     pub fn block_size(&self) -> u32 {
@@ -360,6 +388,7 @@ impl Filesystem {
             sb.s_free_blocks_count = free_blocks;
             sb.s_free_inodes_count = free_inodes;
             sb.s_wtime = crate::util::now().0 as u32;
+            self.errors.stamp(&mut sb);
             sb.to_bytes()
         };
         let bs = self.block_size as u64;
@@ -418,7 +447,7 @@ impl Filesystem {
 
     /// Writes everything home and flushes the device.
     pub fn sync(&self) -> Result<()> {
-        if !self.read_only {
+        if !self.is_read_only() {
             self.data.drain();
             if let Some(e) = self.data.take_error() {
                 return Err(e.into());
@@ -433,7 +462,9 @@ impl Filesystem {
 
     /// Marks the filesystem clean and writes everything home.
     pub fn unmount(&self) -> Result<()> {
-        if self.read_only {
+        if self.is_read_only() {
+            // After an error the journal is aborted: the log keeps what
+            // committed, for recovery; nothing more is written.
             return Ok(());
         }
         self.release_all_orphans()?;

@@ -73,7 +73,7 @@ impl Filesystem {
     }
 
     fn check_writable(&self) -> Result<()> {
-        if self.read_only {
+        if self.is_read_only() {
             Err(FsError::ReadOnly)
         } else {
             Ok(())

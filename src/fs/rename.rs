@@ -35,7 +35,7 @@ impl Filesystem {
         nname: &[u8],
         flags: RenameFlags,
     ) -> Result<()> {
-        if self.read_only {
+        if self.is_read_only() {
             return Err(FsError::ReadOnly);
         }
         if is_dot(oname) || is_dot(nname) {

@@ -34,6 +34,7 @@ impl Filesystem {
         st: &mut InodeState,
         start: u64,
     ) -> Result<()> {
+        h.ensure_credits(self.truncate_credits(st))?;
         let mut list = FreeList::default();
         for i in 0..EXT3_NDIR_BLOCKS {
             if i as u64 >= start && st.disk.i_block[i] != 0 {
@@ -61,6 +62,16 @@ impl Filesystem {
         st.disk.i_blocks = st.disk.i_blocks.saturating_sub(list.total * sectors);
         st.last_alloc = None;
         Ok(())
+    }
+
+    /// Credits to free all of a file's blocks: a bitmap and a descriptor
+    /// for each group they may lie in, the pointer blocks on the cut, the
+    /// inode and the superblock.
+    fn truncate_credits(&self, st: &InodeState) -> u32 {
+        let blocks = st.disk.i_blocks / (self.block_size as u64 / 512);
+        let groups = blocks.min(self.groups as u64) as u32;
+        let want = 2 * groups + 10;
+        want.min(self.journal.max_transaction_credits())
     }
 
     /// Frees what lies at or past `first` (relative to the subtree) under

@@ -17,7 +17,10 @@ use crate::journal::Handle;
 /// ext3's EXT3_XATTR_REFCOUNT_MAX: a block shared by this many inodes is
 /// not shared further.
 const REFCOUNT_MAX: u32 = 1024;
-const XATTR_CREDITS: u32 = 8;
+/// Journal credits for an xattr change: the inode, the old and the new
+/// xattr block, and a bitmap, a descriptor and the superblock for each of
+/// an allocation and a free.
+const XATTR_CREDITS: u32 = 16;
 
 /// setxattr's XATTR_CREATE and XATTR_REPLACE.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -121,7 +124,7 @@ impl Filesystem {
         ino: InodeNo,
         edit: impl FnOnce(&mut Vec<Xattr>) -> Result<()>,
     ) -> Result<()> {
-        if self.read_only {
+        if self.is_read_only() {
             return Err(FsError::ReadOnly);
         }
         let inode = self.iget(ino)?;

@@ -80,6 +80,20 @@ pub struct JbdFuse {
 }
 
 impl JbdFuse {
+    /// The errno for a failed request, after the errors= policy has seen
+    /// the error (corruption found while serving it).
+    fn fail(&self, e: &FsError) -> Errno {
+        self.fs.report_error(e, "jbdfs_fuse_request");
+        errno(e)
+    }
+
+    fn empty(&self, reply: ReplyEmpty, res: Result<(), FsError>) {
+        match res {
+            Ok(()) => reply.ok(),
+            Err(e) => reply.error(self.fail(&e)),
+        }
+    }
+
     pub fn new(fs: Arc<Filesystem>) -> Self {
         JbdFuse { fs }
     }
@@ -95,7 +109,7 @@ impl JbdFuse {
                 let attr = self.attr(ino, &inode);
                 reply.entry(&TTL, &attr, Generation(inode.i_generation as u64));
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(&e)),
         }
     }
 }
@@ -109,13 +123,6 @@ fn sized(reply: ReplyXattr, data: &[u8], size: u32) {
         reply.error(Errno::from_i32(libc::ERANGE));
     } else {
         reply.data(data);
-    }
-}
-
-fn empty(reply: ReplyEmpty, res: Result<(), FsError>) {
-    match res {
-        Ok(()) => reply.ok(),
-        Err(e) => reply.error(errno(&e)),
     }
 }
 
@@ -156,7 +163,7 @@ impl fuser::Filesystem for JbdFuse {
         let ext = to_ext3(ino);
         match self.fs.getattr(ext) {
             Ok(inode) => reply.attr(&TTL, &self.attr(ext, &inode)),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(&e)),
         }
     }
 
@@ -191,7 +198,7 @@ impl fuser::Filesystem for JbdFuse {
         let ext = to_ext3(ino);
         match self.fs.setattr(ext, &changes, caller(req)) {
             Ok(inode) => reply.attr(&TTL, &self.attr(ext, &inode)),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(&e)),
         }
     }
 
@@ -199,7 +206,7 @@ impl fuser::Filesystem for JbdFuse {
         let _s = tracing::debug_span!("readlink", ino = ino.0).entered();
         match self.fs.readlink(to_ext3(ino)) {
             Ok(t) => reply.data(&t),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(&e)),
         }
     }
 
@@ -240,12 +247,12 @@ impl fuser::Filesystem for JbdFuse {
 
     fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = tracing::debug_span!("unlink", parent = parent.0, ?name).entered();
-        empty(reply, self.fs.unlink(to_ext3(parent), name.as_bytes()));
+        self.empty(reply, self.fs.unlink(to_ext3(parent), name.as_bytes()));
     }
 
     fn rmdir(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = tracing::debug_span!("rmdir", parent = parent.0, ?name).entered();
-        empty(reply, self.fs.rmdir(to_ext3(parent), name.as_bytes()));
+        self.empty(reply, self.fs.rmdir(to_ext3(parent), name.as_bytes()));
     }
 
     fn symlink(
@@ -298,7 +305,7 @@ impl fuser::Filesystem for JbdFuse {
             newname.as_bytes(),
             f,
         );
-        empty(reply, res);
+        self.empty(reply, res);
     }
 
     fn link(
@@ -323,7 +330,7 @@ impl fuser::Filesystem for JbdFuse {
         let _s = tracing::debug_span!("open", ino = ino.0).entered();
         match self.fs.open(to_ext3(ino)) {
             Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(&e)),
         }
     }
 
@@ -341,7 +348,7 @@ impl fuser::Filesystem for JbdFuse {
         let _s = tracing::debug_span!("read", ino = ino.0, offset, size).entered();
         match self.fs.read(to_ext3(ino), offset, size) {
             Ok(d) => reply.data(&d),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(&e)),
         }
     }
 
@@ -360,7 +367,7 @@ impl fuser::Filesystem for JbdFuse {
         let _s = tracing::debug_span!("write", ino = ino.0, offset, len = data.len()).entered();
         match self.fs.write(to_ext3(ino), offset, data, req.uid() == 0) {
             Ok(n) => reply.written(n as u32),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(&e)),
         }
     }
 
@@ -386,7 +393,7 @@ impl fuser::Filesystem for JbdFuse {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("release", ino = ino.0).entered();
-        empty(reply, self.fs.release(to_ext3(ino)));
+        self.empty(reply, self.fs.release(to_ext3(ino)));
     }
 
     fn fsync(
@@ -399,14 +406,14 @@ impl fuser::Filesystem for JbdFuse {
     ) {
         let _s = tracing::debug_span!("fsync", ino = ino.0, datasync).entered();
         crate::journal::set_caller(_req.pid());
-        empty(reply, self.fs.fsync(to_ext3(ino), datasync));
+        self.empty(reply, self.fs.fsync(to_ext3(ino), datasync));
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         match self.fs.getattr(to_ext3(ino)) {
             Ok(i) if i.is_dir() => reply.opened(FileHandle(0), FopenFlags::empty()),
             Ok(_) => reply.error(Errno::ENOTDIR),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(&e)),
         }
     }
 
@@ -429,7 +436,7 @@ impl fuser::Filesystem for JbdFuse {
                 }
                 reply.ok();
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(&e)),
         }
     }
 
@@ -444,12 +451,12 @@ impl fuser::Filesystem for JbdFuse {
         let _s = tracing::debug_span!("readdirplus", ino = ino.0, offset).entered();
         let entries = match self.fs.readdir(to_ext3(ino), offset, 128) {
             Ok(e) => e,
-            Err(e) => return reply.error(errno(&e)),
+            Err(e) => return reply.error(self.fail(&e)),
         };
         for e in entries {
             let inode = match self.fs.getattr(e.ino) {
                 Ok(i) => i,
-                Err(err) => return reply.error(errno(&err)),
+                Err(err) => return reply.error(self.fail(&err)),
             };
             let attr = self.attr(e.ino, &inode);
             let gen = Generation(inode.i_generation as u64);
@@ -490,7 +497,7 @@ impl fuser::Filesystem for JbdFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        empty(reply, self.fs.fsync(to_ext3(ino), datasync));
+        self.empty(reply, self.fs.fsync(to_ext3(ino), datasync));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
@@ -505,7 +512,7 @@ impl fuser::Filesystem for JbdFuse {
                 s.name_max,
                 s.block_size,
             ),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(&e)),
         }
     }
 
@@ -526,7 +533,7 @@ impl fuser::Filesystem for JbdFuse {
             libc::XATTR_REPLACE => SetMode::Replace,
             _ => return reply.error(Errno::EINVAL),
         };
-        empty(
+        self.empty(
             reply,
             self.fs.setxattr(to_ext3(ino), name.as_bytes(), value, mode),
         );
@@ -536,7 +543,7 @@ impl fuser::Filesystem for JbdFuse {
         let _s = tracing::debug_span!("getxattr", ino = ino.0, ?name, size).entered();
         match self.fs.getxattr(to_ext3(ino), name.as_bytes()) {
             Ok(v) => sized(reply, &v, size),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(&e)),
         }
     }
 
@@ -544,19 +551,19 @@ impl fuser::Filesystem for JbdFuse {
         let _s = tracing::debug_span!("listxattr", ino = ino.0, size).entered();
         match self.fs.listxattr(to_ext3(ino)) {
             Ok(v) => sized(reply, &v, size),
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(&e)),
         }
     }
 
     fn removexattr(&self, _req: &Request, ino: INodeNo, name: &OsStr, reply: ReplyEmpty) {
         let _s = tracing::debug_span!("removexattr", ino = ino.0, ?name).entered();
-        empty(reply, self.fs.removexattr(to_ext3(ino), name.as_bytes()));
+        self.empty(reply, self.fs.removexattr(to_ext3(ino), name.as_bytes()));
     }
 
     fn access(&self, _req: &Request, ino: INodeNo, _mask: AccessFlags, reply: ReplyEmpty) {
         // Permission checks are the kernel's (default_permissions); this
         // only confirms the inode exists.
-        empty(reply, self.fs.getattr(to_ext3(ino)).map(|_| ()));
+        self.empty(reply, self.fs.getattr(to_ext3(ino)).map(|_| ()));
     }
 
     fn create(
@@ -582,7 +589,7 @@ impl fuser::Filesystem for JbdFuse {
                 let gen = Generation(inode.i_generation as u64);
                 reply.created(&TTL, &attr, gen, FileHandle(0), FopenFlags::empty());
             }
-            Err(e) => reply.error(errno(&e)),
+            Err(e) => reply.error(self.fail(&e)),
         }
     }
 
@@ -604,6 +611,6 @@ impl fuser::Filesystem for JbdFuse {
         let res = self
             .fs
             .fallocate(to_ext3(ino), offset, length, keep_size, req.uid() == 0);
-        empty(reply, res);
+        self.empty(reply, res);
     }
 }

@@ -27,6 +27,10 @@ impl Journal {
     /// Writes every committed copy home and empties the log. The caller
     /// holds the commit lock.
     pub(super) fn checkpoint_all_locked(&self, log: &LogArea) -> io::Result<()> {
+        if self.is_aborted() {
+            // The log stays as it is, for recovery to replay.
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         let mut entries: Vec<_> = self.state.lock().checkpoint.drain().collect();
         entries.sort_by_key(|(b, _)| *b);
         let bs = log.block_size as u64;

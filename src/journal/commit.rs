@@ -33,6 +33,9 @@ impl Journal {
         let Some(log) = self.log.get() else {
             return self.cache.sync_all();
         };
+        if self.is_aborted() {
+            return Err(io::Error::from_raw_os_error(libc::EIO));
+        }
         let Some(frozen) = self.drain() else {
             return Ok(());
         };
@@ -71,7 +74,6 @@ impl Journal {
             .map(|b| (b.block().0, b.read().to_vec()))
             .collect();
         st.committing = t.members.clone();
-        st.revoked_while_committing.clear();
         st.locked = false;
         drop(st);
         self.wake.notify_all();
@@ -169,21 +171,27 @@ impl Journal {
     fn finish_commit(&self, f: Frozen, logged: u64, started: Instant) {
         let mut st = self.state.lock();
         for ((block, copy), buf) in f.copies.into_iter().zip(f.t.buffers) {
-            if st.revoked_while_committing.contains(&block) {
-                buf.unpin();
-                continue;
-            }
             if let Some(old) = st.checkpoint.insert(block, Checkpointed { buf, copy }) {
                 old.buf.unpin();
             }
         }
+        // The frees of this transaction are durable now: the old owners'
+        // copies must never be checkpointed over a new owner.
+        let forgotten: Vec<_> =
+            f.t.revokes
+                .iter()
+                .filter_map(|b| st.checkpoint.remove(b))
+                .collect();
         st.committing.clear();
-        st.revoked_while_committing.clear();
         st.committed = st.committed.max(f.tid);
         drop(st);
+        for c in forgotten {
+            c.buf.unpin();
+            self.cache.forget(c.buf.block());
+        }
         {
             let mut pending = self.pending_free.lock();
-            for b in &f.t.revokes {
+            for b in &f.t.freed {
                 pending.remove(b);
             }
         }
@@ -203,7 +211,7 @@ impl Journal {
     fn abort(&self, e: &io::Error) {
         tracing::error!("journal commit failed, aborting the journal: {e}");
         self.state.lock().error = Some(e.to_string());
-        self.wake.notify_all();
+        self.abort_new_handles();
     }
 
     /// The commit thread: commits on request, and every commit interval.

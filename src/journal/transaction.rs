@@ -40,8 +40,14 @@ pub(super) struct Transaction {
     /// Blocks freed in this transaction: revoked in the log, and not
     /// reallocated until it commits.
     pub revokes: Vec<u32>,
+    /// Every block freed in this transaction (a superset of `revokes`):
+    /// none may be allocated again until it commits.
+    pub freed: Vec<u32>,
     pub updates: u32,
     pub handles: u32,
+    /// jbd's t_outstanding_credits: credits reserved by open handles plus
+    /// buffers already used; bounded by the log's transaction limit.
+    pub outstanding: u32,
     pub started: Instant,
 }
 
@@ -52,14 +58,16 @@ impl Transaction {
             buffers: Vec::new(),
             members: HashSet::new(),
             revokes: Vec::new(),
+            freed: Vec::new(),
             updates: 0,
             handles: 0,
+            outstanding: 0,
             started: Instant::now(),
         }
     }
 
     pub fn is_empty(&self) -> bool {
-        self.buffers.is_empty() && self.revokes.is_empty()
+        self.buffers.is_empty() && self.revokes.is_empty() && self.freed.is_empty()
     }
 }
 
@@ -73,10 +81,8 @@ pub(super) struct JState {
     pub running: Transaction,
     /// Commit is draining the running transaction: new handles wait.
     pub locked: bool,
-    /// Blocks of the committing transaction, and those of them revoked
-    /// while it committed (their copies must not be checkpointed).
+    /// Blocks of the committing transaction.
     pub committing: HashSet<u32>,
-    pub revoked_while_committing: HashSet<u32>,
     pub commit_request: u32,
     pub committed: u32,
     /// The next free journal block, and whether the log holds nothing.
@@ -125,6 +131,10 @@ pub struct Journal {
     pub(super) sync_waiters: AtomicU64,
     /// The file data writer, told before each flush ahead of a commit block.
     pub(super) flush_hook: OnceLock<Arc<dyn super::CommitFlushHook>>,
+    /// The journal was aborted (jbd's JBD_ABORT): nothing more commits and
+    /// new handles get EROFS. Atomic so that an I/O error path holding
+    /// cache locks can abort without taking the state lock.
+    pub(super) aborted: std::sync::atomic::AtomicBool,
 }
 
 impl Journal {
@@ -139,7 +149,6 @@ impl Journal {
                 running: Transaction::new(1),
                 locked: false,
                 committing: HashSet::new(),
-                revoked_while_committing: HashSet::new(),
                 commit_request: 0,
                 committed: 0,
                 head: 0,
@@ -158,7 +167,24 @@ impl Journal {
             last_sync_writer: std::sync::atomic::AtomicU32::new(0),
             sync_waiters: AtomicU64::new(0),
             flush_hook: OnceLock::new(),
+            aborted: std::sync::atomic::AtomicBool::new(false),
         }
+    }
+
+    /// Aborts the journal (jbd's journal_abort): the running transaction
+    /// never commits, waiters for it get EIO and new handles EROFS.
+    pub fn abort_new_handles(&self) {
+        self.aborted.store(true, Ordering::Release);
+        self.wake.notify_all();
+        self.commit_wake.notify_all();
+    }
+
+    pub fn is_aborted(&self) -> bool {
+        self.aborted.load(Ordering::Acquire)
+    }
+
+    fn read_only_error() -> io::Error {
+        io::Error::from_raw_os_error(libc::EROFS)
     }
 
     pub(super) fn batching(&self) -> super::batch::Batching {
@@ -172,40 +198,62 @@ impl Journal {
         self.log.get().is_some()
     }
 
-    /// Starts a handle that may dirty up to `credits` metadata buffers.
+    /// The most credits one transaction may hold: a quarter of the log, as
+    /// jbd's j_max_transaction_buffers, so a commit always finds room.
+    pub fn max_transaction_credits(&self) -> u32 {
+        self.log.get().map_or(u32::MAX, |l| l.maxlen / 4)
+    }
+
+    /// Starts a handle that may add up to `credits` buffers to the running
+    /// transaction. It waits while the transaction cannot reserve them.
     pub fn start(&self, credits: u32) -> io::Result<Handle<'_>> {
         self.handles.fetch_add(1, Ordering::Relaxed);
         let mut st = self.state.lock();
-        loop {
-            if st.locked {
-                self.wake.wait(&mut st);
-                continue;
-            }
-            // A transaction past a quarter of the log takes no new handles
-            // until it has committed (jbd's "transaction too big").
-            let full = self
-                .log
-                .get()
-                .is_some_and(|l| st.running.buffers.len() as u32 >= l.maxlen / 4);
-            if !full || st.error.is_some() {
-                break;
-            }
-            st.commit_request = st.commit_request.max(st.running.tid);
-            self.commit_wake.notify_one();
-            self.wake.wait_for(&mut st, Duration::from_millis(50));
-        }
-        if let Some(e) = &st.error {
-            return Err(io::Error::other(format!("journal aborted: {e}")));
-        }
+        let tid = self.reserve(&mut st, credits)?;
         st.running.updates += 1;
         st.running.handles += 1;
         Ok(Handle {
             journal: self,
-            tid: st.running.tid,
+            tid,
             credits,
             sync: false,
             stopped: false,
         })
+    }
+
+    /// Reserves `credits` in the running transaction, waiting for a commit
+    /// while it is too full (jbd's start_this_handle).
+    fn reserve(
+        &self,
+        st: &mut parking_lot::MutexGuard<'_, JState>,
+        credits: u32,
+    ) -> io::Result<u32> {
+        let max = self.max_transaction_credits();
+        if credits > max {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!(
+                    "a handle of {credits} credits is larger than a transaction may be ({max})"
+                ),
+            ));
+        }
+        loop {
+            if self.is_aborted() || st.error.is_some() {
+                return Err(Self::read_only_error());
+            }
+            if st.locked {
+                self.wake.wait(st);
+                continue;
+            }
+            if !self.logging() || st.running.outstanding + credits <= max {
+                break;
+            }
+            st.commit_request = st.commit_request.max(st.running.tid);
+            self.commit_wake.notify_one();
+            self.wake.wait_for(st, Duration::from_millis(50));
+        }
+        st.running.outstanding += credits;
+        Ok(st.running.tid)
     }
 
     /// Makes every change so far durable: commits the running transaction
@@ -213,6 +261,10 @@ impl Journal {
     pub fn force_commit(&self) -> io::Result<()> {
         if !self.logging() {
             return self.cache.sync_all();
+        }
+        if self.is_aborted() {
+            // What was not committed before the abort never will be.
+            return Err(io::Error::from_raw_os_error(libc::EIO));
         }
         // As jbd's journal_force_commit: a synchronous handle, so that
         // concurrent fsyncs batch exactly as synchronous writes do.
@@ -224,7 +276,7 @@ impl Journal {
     /// Waits until transaction `tid` has committed.
     pub(super) fn wait_for_commit(&self, tid: u32) -> io::Result<()> {
         let mut st = self.state.lock();
-        while st.committed < tid && st.error.is_none() {
+        while st.committed < tid && st.error.is_none() && !self.is_aborted() {
             // The commit thread may have exited (unmount); commit inline.
             if st.shutdown {
                 drop(st);
@@ -236,6 +288,7 @@ impl Journal {
         }
         match &st.error {
             Some(e) => Err(io::Error::other(format!("journal aborted: {e}"))),
+            None if st.committed < tid => Err(io::Error::from_raw_os_error(libc::EIO)),
             None => Ok(()),
         }
     }
@@ -247,21 +300,42 @@ impl Journal {
             return;
         }
         let mut st = self.state.lock();
+        // Only a block with a copy in the log (or on its way there) needs a
+        // revoke record; a data block that never was logged needs none, as
+        // in ext3, and a big truncate then costs no log space for its data.
+        let logged = st.running.members.contains(&block)
+            || st.committing.contains(&block)
+            || st.checkpoint.contains_key(&block);
         if st.running.members.remove(&block) {
             if let Some(i) = st.running.buffers.iter().position(|b| b.block().0 == block) {
                 let b = st.running.buffers.swap_remove(i);
                 b.unpin();
             }
         }
-        if let Some(c) = st.checkpoint.remove(&block) {
-            c.buf.unpin();
+        // A committed copy waiting for checkpoint (or one committing now)
+        // stays until this transaction commits, as jbd's forget list keeps
+        // it: until then a crash recovers the state before the free, which
+        // needs that copy home if checkpoint empties the log meanwhile.
+        // finish_commit drops it, before the block can be allocated again.
+        if logged {
+            st.running.revokes.push(block);
         }
-        if st.committing.contains(&block) {
-            st.revoked_while_committing.insert(block);
-        }
-        st.running.revokes.push(block);
+        st.running.freed.push(block);
         drop(st);
         self.pending_free.lock().insert(block);
+    }
+
+    /// Whether the log holds, or is about to hold, a copy of `block`: it is
+    /// in the running or the committing transaction, or waits for
+    /// checkpoint. Its newest contents are then in the buffer cache.
+    pub fn holds_copy(&self, block: u32) -> bool {
+        if !self.logging() {
+            return false;
+        }
+        let st = self.state.lock();
+        st.running.members.contains(&block)
+            || st.committing.contains(&block)
+            || st.checkpoint.contains_key(&block)
     }
 
     /// Whether `block` was freed by a transaction that has not committed,
@@ -274,20 +348,30 @@ impl Journal {
         self.handles.load(Ordering::Relaxed)
     }
 
-    fn join(&self, buf: &Arc<Buffer>) {
+    /// Adds `buf` to the running transaction on behalf of a handle with
+    /// `credits` left; a buffer new to the transaction costs one credit.
+    fn join(&self, buf: &Arc<Buffer>, credits: &mut u32) -> io::Result<()> {
         let block = buf.block().0;
         if self.state.lock().running.members.contains(&block) {
-            return;
+            return Ok(());
+        }
+        if *credits == 0 {
+            tracing::error!(block, "a journal handle ran out of credits");
+            return Err(io::Error::other(format!(
+                "journal handle has no credits left for block {block}"
+            )));
         }
         // Pin outside the state lock: pin may wait for a cache write.
         buf.pin();
         let mut st = self.state.lock();
         if st.running.members.insert(block) {
             st.running.buffers.push(buf.clone());
+            *credits -= 1;
         } else {
             drop(st);
             buf.unpin();
         }
+        Ok(())
     }
 }
 
@@ -304,7 +388,7 @@ impl Handle<'_> {
     /// Announces that `buf` is about to change: it joins the transaction.
     pub fn get_write_access(&mut self, buf: &Arc<Buffer>) -> io::Result<()> {
         if self.journal.logging() {
-            self.journal.join(buf);
+            self.journal.join(buf, &mut self.credits)?;
         }
         Ok(())
     }
@@ -313,7 +397,7 @@ impl Handle<'_> {
     pub fn dirty_metadata(&mut self, buf: &Arc<Buffer>) -> io::Result<()> {
         if self.journal.logging() {
             // A caller that skipped get_write_access still gets it right.
-            self.journal.join(buf);
+            self.journal.join(buf, &mut self.credits)?;
         } else {
             buf.mark_dirty();
         }
@@ -330,8 +414,52 @@ impl Handle<'_> {
         self.sync
     }
 
+    /// Credits left: buffers this handle may still add to the transaction.
     pub fn credits(&self) -> u32 {
         self.credits
+    }
+
+    /// Asks for `more` credits in the same transaction (jbd's
+    /// journal_extend); false when the transaction has no room for them.
+    pub fn extend(&mut self, more: u32) -> bool {
+        let j = self.journal;
+        if !j.logging() {
+            self.credits += more;
+            return true;
+        }
+        let mut st = j.state.lock();
+        if st.running.tid != self.tid || st.running.outstanding + more > j.max_transaction_credits()
+        {
+            return false;
+        }
+        st.running.outstanding += more;
+        self.credits += more;
+        true
+    }
+
+    /// Makes sure `need` credits are left, by extending or else by ending
+    /// this handle and starting another, perhaps in the next transaction
+    /// (jbd's journal_restart). The caller must be at a point where its
+    /// changes so far are consistent on their own.
+    pub fn ensure_credits(&mut self, need: u32) -> io::Result<()> {
+        if self.credits >= need || self.extend(need - self.credits) {
+            return Ok(());
+        }
+        let j = self.journal;
+        self.release();
+        let mut st = j.state.lock();
+        let tid = match j.reserve(&mut st, need) {
+            Ok(tid) => tid,
+            Err(e) => {
+                // The handle is gone; Drop must not release it again.
+                self.stopped = true;
+                return Err(e);
+            }
+        };
+        st.running.updates += 1;
+        self.tid = tid;
+        self.credits = need;
+        Ok(())
     }
 
     /// Ends the handle; a sync handle waits for its transaction to commit.
@@ -368,10 +496,15 @@ impl Handle<'_> {
         res
     }
 
-    fn release(&self) {
+    fn release(&mut self) {
         let j = self.journal;
         let mut st = j.state.lock();
         st.running.updates = st.running.updates.saturating_sub(1);
+        // Unused credits go back (the transaction keeps the used ones).
+        if st.running.tid == self.tid {
+            st.running.outstanding = st.running.outstanding.saturating_sub(self.credits);
+        }
+        self.credits = 0;
         let big = j
             .log
             .get()

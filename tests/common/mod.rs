@@ -218,20 +218,30 @@ impl LoopMount {
         &self.dir.path
     }
 
-    /// Unmounts now, reporting failure.
+    /// Unmounts now, reporting failure. "Target is busy" is retried for a
+    /// few seconds: on a shared machine another process (a scanner, a
+    /// sibling test walking /tmp) may hold the tree for a moment.
     pub fn umount(&mut self) -> Out {
-        let o = run("umount", [self.dir.path.as_os_str()]);
-        if o.success() {
-            self.mounted = false;
+        let mut tries = 0;
+        loop {
+            let o = run("umount", [self.dir.path.as_os_str()]);
+            if o.success() {
+                self.mounted = false;
+                return o;
+            }
+            tries += 1;
+            if tries >= 30 || !o.stderr.contains("busy") {
+                return o;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
         }
-        o
     }
 }
 
 impl Drop for LoopMount {
     fn drop(&mut self) {
         if self.mounted {
-            let o = run("umount", [self.dir.path.as_os_str()]);
+            let o = self.umount();
             if !o.success() {
                 eprintln!("umount failed, detaching lazily:\n{}", o.describe());
                 let _ = run("umount", [OsStr::new("-l"), self.dir.path.as_os_str()]);
@@ -492,4 +502,17 @@ pub fn write_bytes(path: &Path, offset: u64, data: &[u8]) {
         .open(path)
         .expect("open image for writing");
     f.write_all_at(data, offset).expect("write image");
+}
+
+/// A new image file made by jbdfs's mkfs with `options`, removed on drop.
+pub fn jbdfs_image_with(tag: &str, options: jbdfs::mkfs::MkfsOptions, size: u64) -> TempImage {
+    let img = TempImage::new(tag);
+    let req = jbdfs::mkfs::Request {
+        options,
+        size: Some(size),
+        quiet: true,
+        ..Default::default()
+    };
+    jbdfs::mkfs::make_filesystem(&img.path, &req).expect("mkfs");
+    img
 }

@@ -1,0 +1,12 @@
+//! Fuzz target: every parser in src/format over arbitrary bytes, with round trips.
+//! The body is shared with the regression tests (tests/robust_fuzz.rs).
+#![no_main]
+
+#[path = "../../tests/robust_common/walk.rs"]
+mod walk;
+#[path = "../../tests/robust_common/harness.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    harness::format_parsers(data);
+});

@@ -1,0 +1,12 @@
+//! Fuzz target: jbdfs::fsck::check on a mutated image (sparse image format), read-only and repairing.
+//! The body is shared with the regression tests (tests/robust_fuzz.rs).
+#![no_main]
+
+#[path = "../../tests/robust_common/walk.rs"]
+mod walk;
+#[path = "../../tests/robust_common/harness.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    harness::fsck_image(data);
+});

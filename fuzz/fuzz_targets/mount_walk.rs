@@ -1,0 +1,12 @@
+//! Fuzz target: mounting a mutated image (sparse image format) in memory and walking it with writes.
+//! The body is shared with the regression tests (tests/robust_fuzz.rs).
+#![no_main]
+
+#[path = "../../tests/robust_common/walk.rs"]
+mod walk;
+#[path = "../../tests/robust_common/harness.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    harness::mount_walk(data);
+});

@@ -1,0 +1,363 @@
+//! Damaged images at mount: images made by jbdfs's mkfs and by mke2fs,
+//! populated, then damaged at random (seeded) in group 0's metadata —
+//! superblock fields, the group descriptor, the bitmaps, the inode table —
+//! and in directory blocks. Each must be refused with a message, or mount
+//! and survive a full walk with writes (every request an error value or a
+//! success), never a panic or a hang. Most run in-process over a memory
+//! device; a few go through the real daemon with a timeout.
+
+mod common;
+mod robust_common;
+#[path = "robust_common/walk.rs"]
+mod walk;
+
+use std::sync::mpsc;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jbdfs::format::group_desc::GroupDesc;
+use jbdfs::format::inode::Inode;
+use jbdfs::format::superblock::{Superblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+use jbdfs::mkfs::MkfsOptions;
+use robust_common::*;
+use walk::{mount_and_walk, Outcome, SPARSE_DEVICE};
+
+/// How many damaged images the suite runs per base image;
+/// `JBDFS_DAMAGE_IMAGES` asks for more (a longer campaign).
+fn images_per_base() -> u64 {
+    std::env::var("JBDFS_DAMAGE_IMAGES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(60)
+}
+
+/// A small deterministic generator (xorshift64*), so a failure names the
+/// seed that reproduces it.
+struct Rng(u64);
+
+impl Rng {
+    fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n.max(1)
+    }
+}
+
+/// A tree with a bit of everything: nested directories, small and
+/// indirect-block files, fast and slow symlinks, hard links, xattrs.
+fn populate(fs: &jbdfs::fs::Filesystem) {
+    let (a, _) = fs.mkdir(ROOT, b"a", 0o755, ME).unwrap();
+    let (b, _) = fs.mkdir(a, b"b", 0o755, ME).unwrap();
+    for i in 0..30 {
+        let len = [0, 10, 1000, 5000, 20_000, 300_000][i % 6];
+        let dir = [ROOT, a, b][i % 3];
+        let f = make_file(fs, dir, &format!("file-{i}"), &pattern(len, i as u32));
+        if i % 7 == 0 {
+            fs.link(f, ROOT, format!("link-{i}").as_bytes()).unwrap();
+        }
+        if i % 5 == 0 {
+            fs.setxattr(
+                f,
+                b"user.k",
+                &pattern(40 + i * 30, 9),
+                jbdfs::fs::xattr::SetMode::Either,
+            )
+            .unwrap();
+        }
+    }
+    fs.symlink(a, b"fast", b"b/file-2", ME).unwrap();
+    fs.symlink(a, b"slow", &[b'x'; 300], ME).unwrap();
+}
+
+fn jbdfs_base() -> Vec<u8> {
+    let opts = MkfsOptions {
+        block_size: Some(1024),
+        ..Default::default()
+    };
+    let mem = mem_image(SPARSE_DEVICE as u64, &opts);
+    let fs = mount_mem(&mem);
+    populate(&fs);
+    fs.unmount().unwrap();
+    mem.snapshot()
+}
+
+/// An image made by mke2fs -t ext3, populated by jbdfs; None without mke2fs.
+fn mke2fs_base() -> Option<Vec<u8>> {
+    let img = common::TempImage::sparse("damage-mke2fs", SPARSE_DEVICE as u64);
+    let out = common::run(
+        "mke2fs",
+        ["-q", "-F", "-t", "ext3", "-b", "1024", img.path_str()],
+    );
+    if !out.success() {
+        eprintln!("skipping the mke2fs base: {}", out.describe());
+        return None;
+    }
+    let mem = Arc::new(jbdfs::device::MemoryDevice::from_vec(
+        std::fs::read(&img.path).unwrap(),
+    ));
+    let fs = mount_mem(&mem);
+    populate(&fs);
+    fs.unmount().unwrap();
+    Some(mem.snapshot())
+}
+
+/// Byte ranges of group 0's metadata and of directory blocks.
+struct Targets {
+    superblock: std::ops::Range<usize>,
+    group_desc: std::ops::Range<usize>,
+    block_bitmap: std::ops::Range<usize>,
+    inode_bitmap: std::ops::Range<usize>,
+    /// The used part of the inode table.
+    inode_table: std::ops::Range<usize>,
+    dir_blocks: Vec<std::ops::Range<usize>>,
+}
+
+fn targets(img: &[u8]) -> Targets {
+    let sb_at = SUPERBLOCK_OFFSET as usize;
+    let sb = Superblock::parse(&img[sb_at..sb_at + SUPERBLOCK_SIZE]).unwrap();
+    let bs = sb.block_size() as usize;
+    let gdt = (sb.s_first_data_block as usize + 1) * bs;
+    let gd = GroupDesc::parse(&img[gdt..gdt + 32]).unwrap();
+    let block = |b: u32| b as usize * bs..(b as usize + 1) * bs;
+    let isz = sb.inode_size() as usize;
+    let it = gd.bg_inode_table as usize * bs;
+    let used = 64usize.min(sb.s_inodes_per_group as usize);
+    let mut dir_blocks = Vec::new();
+    for i in 0..used {
+        let raw = &img[it + i * isz..it + (i + 1) * isz];
+        if let Ok(ino) = Inode::parse(raw) {
+            if ino.is_dir() && ino.i_links_count > 0 {
+                for &b in ino.i_block[..12].iter().filter(|&&b| b != 0) {
+                    if (b as usize + 1) * bs <= img.len() {
+                        dir_blocks.push(block(b));
+                    }
+                }
+            }
+        }
+    }
+    Targets {
+        superblock: sb_at..sb_at + 0x200,
+        group_desc: gdt..gdt + 32,
+        block_bitmap: block(gd.bg_block_bitmap),
+        inode_bitmap: block(gd.bg_inode_bitmap),
+        inode_table: it..it + used * isz,
+        dir_blocks,
+    }
+}
+
+/// Damages 1 to 4 places of `img`, chosen by `rng`; says what it did.
+fn damage(img: &mut [u8], t: &Targets, rng: &mut Rng) -> String {
+    let mut what = Vec::new();
+    for _ in 0..1 + rng.below(4) {
+        let (name, range) = match rng.below(6) {
+            0 => ("superblock", t.superblock.clone()),
+            1 => ("group descriptor", t.group_desc.clone()),
+            2 => ("block bitmap", t.block_bitmap.clone()),
+            3 => ("inode bitmap", t.inode_bitmap.clone()),
+            4 => ("inode table", t.inode_table.clone()),
+            _ if !t.dir_blocks.is_empty() => {
+                let i = rng.below(t.dir_blocks.len() as u64) as usize;
+                ("directory block", t.dir_blocks[i].clone())
+            }
+            _ => ("inode table", t.inode_table.clone()),
+        };
+        let at = range.start + rng.below((range.end - range.start) as u64) as usize;
+        let how = match rng.below(5) {
+            0 => {
+                img[at] ^= 1 << rng.below(8);
+                "bit flip"
+            }
+            1 => {
+                img[at] = rng.next() as u8;
+                "random byte"
+            }
+            2 => {
+                let end = (at + 16).min(range.end);
+                img[at..end].fill(0);
+                "16 zero bytes"
+            }
+            3 => {
+                let end = (at + 4).min(range.end);
+                img[at..end].fill(0xff);
+                "all-ones word"
+            }
+            _ => {
+                let end = (at + 64).min(range.end);
+                for b in &mut img[at..end] {
+                    *b = rng.next() as u8;
+                }
+                "64 random bytes"
+            }
+        };
+        what.push(format!("{how} in the {name} at byte {at}"));
+    }
+    what.join("; ")
+}
+
+/// Runs `mount_and_walk` on its own thread; a hang past the timeout fails.
+fn walk_with_timeout(img: Vec<u8>, tag: &str) -> Outcome {
+    let (tx, rx) = mpsc::channel();
+    let worker = std::thread::spawn(move || {
+        let _ = tx.send(mount_and_walk(img, true));
+    });
+    match rx.recv_timeout(Duration::from_secs(60)) {
+        Ok(outcome) => {
+            worker.join().unwrap();
+            outcome
+        }
+        Err(mpsc::RecvTimeoutError::Disconnected) => {
+            let why = worker.join().err().map(|p| {
+                p.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default()
+            });
+            panic!("{tag}: the walk panicked: {why:?}")
+        }
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{tag}: the walk hung"),
+    }
+}
+
+fn campaign(base: &[u8], label: &str, seeds: std::ops::Range<u64>) -> (usize, usize) {
+    let t = targets(base);
+    let (mut refused, mut served) = (0, 0);
+    let mut totals = walk::WalkReport::default();
+    for seed in seeds {
+        let mut img = base.to_vec();
+        let mut rng = Rng::new(seed);
+        let what = damage(&mut img, &t, &mut rng);
+        let tag = format!("{label} seed {seed} ({what})");
+        match walk_with_timeout(img, &tag) {
+            Outcome::Refused(msg) => {
+                assert!(!msg.is_empty(), "{tag}: refused without a message");
+                refused += 1;
+            }
+            Outcome::Served(r) => {
+                assert!(r.dirs >= 1, "{tag}: {r:?}");
+                served += 1;
+                totals.files += r.files;
+                totals.errors += r.errors;
+                totals.writes_ok += r.writes_ok;
+                totals.writes_failed += r.writes_failed;
+            }
+        }
+    }
+    eprintln!(
+        "{label}: {refused} refused, {served} mounted and walked with writes \
+         ({} files visited, {} failed requests, writes {} ok / {} failed)",
+        totals.files, totals.errors, totals.writes_ok, totals.writes_failed
+    );
+    (refused, served)
+}
+
+#[test]
+fn damaged_group0_metadata_and_directories_never_panic_or_hang() {
+    let mut total = 0;
+    let base = jbdfs_base();
+    let n = images_per_base();
+    let (r, s) = campaign(&base, "jbdfs mkfs", 0..n);
+    total += r + s;
+    if let Some(base) = mke2fs_base() {
+        let (r, s) = campaign(&base, "mke2fs", 1_000_000..1_000_000 + n);
+        total += r + s;
+    }
+    assert!(total as u64 >= n);
+}
+
+/// The undamaged bases themselves mount, walk and stay e2fsck-clean.
+#[test]
+fn the_bases_are_clean_and_fully_readable() {
+    let base = jbdfs_base();
+    let img = to_file(&base, "damage-base");
+    common::assert_e2fsck_clean(&img.path, "the jbdfs base");
+    match mount_and_walk(base, false) {
+        Outcome::Served(r) => {
+            assert_eq!(r.errors, 0, "{r:?}");
+            assert!(r.files >= 30, "{r:?}");
+        }
+        Outcome::Refused(m) => panic!("the base was refused: {m}"),
+    }
+}
+
+/// Walks a mounted tree with system calls; errors are fine, returns the
+/// number of entries seen.
+fn walk_mount(dir: &std::path::Path, budget: &mut usize) -> usize {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    let mut seen = 0;
+    for e in rd.flatten() {
+        if *budget == 0 {
+            break;
+        }
+        *budget -= 1;
+        seen += 1;
+        let p = e.path();
+        match std::fs::symlink_metadata(&p) {
+            Ok(m) if m.is_dir() => seen += walk_mount(&p, budget),
+            Ok(m) if m.is_file() => {
+                let _ = std::fs::read(&p);
+            }
+            Ok(m) if m.file_type().is_symlink() => {
+                let _ = std::fs::read_link(&p);
+            }
+            _ => {}
+        }
+    }
+    let _ = std::fs::write(dir.join("daemon-scribble"), b"written through FUSE");
+    let _ = std::fs::create_dir(dir.join("daemon-dir"));
+    let _ = std::fs::remove_file(dir.join("daemon-scribble"));
+    seen
+}
+
+/// A handful of damaged images through the real daemon: it exits non-zero
+/// with a message, or serves a walk with writes and exits after umount —
+/// never a Rust panic (exit 101), a signal, or a hang.
+#[test]
+fn damaged_images_through_the_daemon() {
+    use robust_common::daemon::{cannot_fuse, Daemon};
+    if let Some(why) = cannot_fuse() {
+        eprintln!("skipping the daemon part: {why}");
+        return;
+    }
+    let base = jbdfs_base();
+    let t = targets(&base);
+    let (mut refused, mut served) = (0, 0);
+    for seed in 0..8u64 {
+        let mut img = base.clone();
+        let what = damage(&mut img, &t, &mut Rng::new(seed));
+        let tag = format!("daemon seed {seed} ({what})");
+        let file = to_file(&img, "damage-daemon");
+        let dir = common::TempDir::new("damage-mnt");
+        match Daemon::start(&file.path, &dir.path, "", Duration::from_secs(30)) {
+            Err(e) => {
+                assert_ne!(e.status.code(), Some(101), "{tag}: panicked: {}", e.stderr);
+                assert!(e.status.code().is_some(), "{tag}: killed by a signal");
+                assert!(!e.status.success(), "{tag}");
+                assert!(e.stderr.contains("cannot mount"), "{tag}: {}", e.stderr);
+                refused += 1;
+            }
+            Ok(d) => {
+                let (tx, rx) = mpsc::channel();
+                let root = dir.path.clone();
+                std::thread::spawn(move || {
+                    let _ = tx.send(walk_mount(&root, &mut 5000));
+                });
+                rx.recv_timeout(Duration::from_secs(60))
+                    .unwrap_or_else(|_| panic!("{tag}: the walk through FUSE hung"));
+                let e = d.stop();
+                assert_ne!(e.status.code(), Some(101), "{tag}: panicked: {}", e.stderr);
+                assert!(e.status.code().is_some(), "{tag}: killed by a signal");
+                served += 1;
+            }
+        }
+    }
+    eprintln!("through the daemon: {refused} refused, {served} served");
+}
