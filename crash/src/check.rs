@@ -21,6 +21,24 @@ pub struct Expected {
     pub data: Vec<BTreeMap<Id, Vec<u8>>>,
     /// Whether operation K (index K-1) is a durability point.
     pub syncs: Vec<bool>,
+    /// For each durability point, the file whose data it makes durable, or
+    /// [`ALL`] for sync(2); `None` for other operations.
+    pub covers: Vec<Option<Id>>,
+}
+
+/// `covers` of sync(2): every file. Model ids start at 1.
+pub const ALL: Id = 0;
+
+impl Expected {
+    /// The last durability point at or before `lo` that covers file `id`'s
+    /// data: data=writeback promises a file's data only through its own
+    /// fsync (or sync), while every fsync still commits all metadata.
+    pub fn last_sync_of(&self, id: Id, lo: usize) -> usize {
+        (1..=lo)
+            .rev()
+            .find(|&k| matches!(self.covers[k - 1], Some(c) if c == ALL || c == id))
+            .unwrap_or(0)
+    }
 }
 
 impl Expected {
@@ -39,8 +57,14 @@ impl Expected {
             views: vec![v],
             data: vec![d],
             syncs: ops.iter().map(Op::is_sync).collect(),
+            covers: Vec::new(),
         };
         for op in ops {
+            e.covers.push(match op {
+                Op::Sync => Some(ALL),
+                Op::Fsync(p) | Op::Fdatasync(p) => Some(m.names.get(p).copied().unwrap_or(Id::MAX)),
+                _ => None,
+            });
             m.apply(op).expect("workload ops are valid");
             let (v, d) = snap(&m);
             e.views.push(v);
@@ -247,7 +271,8 @@ fn compare(
 /// it left) in some state from `first` (the earliest state with this tree)
 /// to `hi`: never stale data from another file's old blocks, never lost
 /// fsync'd bytes. data=writeback promises nothing for bytes appended since
-/// the last sync.
+/// the file's own last fsync (or the last sync), and older bytes may be any
+/// version since then.
 fn check_bytes(
     exp: &Expected,
     first: usize,
@@ -261,6 +286,10 @@ fn check_bytes(
     if version(first).is_some_and(|v| v == d) {
         return Ok(());
     }
+    let lo = match mode {
+        Mode::Writeback => exp.last_sync_of(id, lo),
+        _ => lo,
+    };
     let from = if mode == Mode::Writeback { lo } else { first };
     let synced_len = if mode == Mode::Writeback {
         version(lo).map_or(0, |v| v.len())
