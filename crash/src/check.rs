@@ -97,9 +97,20 @@ pub fn check_state(
     let mem = Arc::new(MemoryDevice::from_vec(img));
     recover(&*mem, RecoverOptions { write: true })
         .map_err(|e| fail("recovery", format!("journal replay failed: {e}")))?;
-    std::fs::write(scratch, mem.snapshot())
-        .map_err(|e| fail("tool", format!("{}: {e}", scratch.display())))?;
-    e2fsck(scratch)?;
+    let write_scratch = || {
+        std::fs::write(scratch, mem.snapshot())
+            .map_err(|e| fail("tool", format!("{}: {e}", scratch.display())))
+    };
+    write_scratch()?;
+    if let Err(f) = e2fsck(scratch) {
+        // Something else on the machine may sweep temporary files: a
+        // scratch image gone under e2fsck is not the filesystem's fault.
+        if scratch.exists() {
+            return Err(f);
+        }
+        write_scratch()?;
+        e2fsck(scratch)?;
+    }
     jbdfs_fsck(&*mem)?;
     let dev: Arc<dyn BlockDevice> = mem;
     let cfg = MountConfig {
