@@ -321,6 +321,16 @@ fn check_log(
     })
 }
 
+/// Where e2fsck's copy of each state goes: memory when there is a tmpfs.
+fn scratch_dir() -> PathBuf {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir() {
+        shm.to_path_buf()
+    } else {
+        std::env::temp_dir()
+    }
+}
+
 /// One log's states under test, shared by the worker threads.
 struct LogRun<'a> {
     log: &'a Path,
@@ -339,7 +349,7 @@ impl LogRun<'_> {
     /// last one rather than from the start.
     fn check_states(&self, mut mine: Vec<usize>, worker: usize) {
         let scratch =
-            std::env::temp_dir().join(format!("jbdfs-crash-{}-{worker}.img", std::process::id()));
+            scratch_dir().join(format!("crash-state-{}-{worker}.img", std::process::id()));
         let mut img = self.base.clone();
         let mut at = 0;
         mine.sort_by_key(|&i| self.states[i].prefix);
