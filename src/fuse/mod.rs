@@ -10,10 +10,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fuser::{
-    AccessFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, KernelConfig,
-    LockOwner, OpenFlags, RenameFlags as FuseRename, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyOpen, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags,
+    KernelConfig, LockOwner, OpenFlags, RenameFlags as FuseRename, ReplyAttr, ReplyCreate,
+    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
+    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::format::inode::Inode;
@@ -511,6 +511,25 @@ impl fuser::Filesystem for JbdFuse {
         reply: ReplyEmpty,
     ) {
         self.empty(reply, self.fs.fsync(to_ext3(ino), datasync));
+    }
+
+    /// No ioctls are served (ext3's flag ioctls among them): ENOTTY, what
+    /// a file without the ioctl answers, and quietly, since programs probe
+    /// them on every file (fuser's default warns on each call).
+    #[allow(clippy::too_many_arguments)]
+    fn ioctl(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        _flags: IoctlFlags,
+        cmd: u32,
+        _in_data: &[u8],
+        _out_size: u32,
+        reply: ReplyIoctl,
+    ) {
+        tracing::trace!(ino = ino.0, cmd, "ioctl not supported");
+        reply.error(Errno::from_i32(libc::ENOTTY));
     }
 
     fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {

@@ -18,6 +18,8 @@ use crate::format::jbd::{self, CommitBlock, LoggedBlock};
 /// A drained transaction and its frozen copies.
 struct Frozen {
     tid: u32,
+    /// How long the transaction ran before commit locked it.
+    ran: Duration,
     copies: Vec<(u32, Vec<u8>)>,
     t: Transaction,
 }
@@ -73,6 +75,7 @@ impl Journal {
         }
         let next = Transaction::new(st.running.tid + 1);
         let t = std::mem::replace(&mut st.running, next);
+        let ran = t.started.elapsed();
         let copies: Vec<(u32, Vec<u8>)> = t
             .buffers
             .iter()
@@ -84,6 +87,7 @@ impl Journal {
         self.wake.notify_all();
         Some(Frozen {
             tid: t.tid,
+            ran,
             copies,
             t,
         })
@@ -208,6 +212,7 @@ impl Journal {
         c.logged_blocks.fetch_add(logged, Relaxed);
         c.commit_micros
             .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
+        c.run_micros.fetch_add(f.ran.as_micros() as u64, Relaxed);
         self.note_commit_time(started.elapsed());
         self.wake.notify_all();
     }
