@@ -19,6 +19,21 @@ pub const EXT2_FT_SOCK: u8 = 6;
 pub const EXT2_FT_SYMLINK: u8 = 7;
 pub const EXT2_FT_MAX: u8 = 8;
 
+/// The file type a directory entry carries for an inode of `mode`.
+pub fn file_type_of(mode: u16) -> u8 {
+    use super::inode as fi;
+    match mode & fi::S_IFMT {
+        fi::S_IFREG => EXT2_FT_REG_FILE,
+        fi::S_IFDIR => EXT2_FT_DIR,
+        fi::S_IFCHR => EXT2_FT_CHRDEV,
+        fi::S_IFBLK => EXT2_FT_BLKDEV,
+        fi::S_IFIFO => EXT2_FT_FIFO,
+        fi::S_IFSOCK => EXT2_FT_SOCK,
+        fi::S_IFLNK => EXT2_FT_SYMLINK,
+        _ => EXT2_FT_UNKNOWN,
+    }
+}
+
 /// Longest name an entry can hold (`name_len` is one byte).
 pub const EXT2_NAME_LEN: usize = 255;
 /// Size of the fixed part of an entry.

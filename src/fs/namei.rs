@@ -60,16 +60,7 @@ impl Filesystem {
         if !self.sb.lock().has_incompat(feature::INCOMPAT_FILETYPE) {
             return de::EXT2_FT_UNKNOWN;
         }
-        match mode & fi::S_IFMT {
-            fi::S_IFREG => de::EXT2_FT_REG_FILE,
-            fi::S_IFDIR => de::EXT2_FT_DIR,
-            fi::S_IFCHR => de::EXT2_FT_CHRDEV,
-            fi::S_IFBLK => de::EXT2_FT_BLKDEV,
-            fi::S_IFIFO => de::EXT2_FT_FIFO,
-            fi::S_IFSOCK => de::EXT2_FT_SOCK,
-            fi::S_IFLNK => de::EXT2_FT_SYMLINK,
-            _ => de::EXT2_FT_UNKNOWN,
-        }
+        de::file_type_of(mode)
     }
 
     fn check_writable(&self) -> Result<()> {

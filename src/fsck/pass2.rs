@@ -9,7 +9,7 @@ use std::io;
 
 use crate::format::bytes::{le16, le32, put_le16, put_le32};
 use crate::format::dirent::{self as de, rec_len_for};
-use crate::format::inode::{self as fi, ino::EXT2_ROOT_INO};
+use crate::format::inode::ino::EXT2_ROOT_INO;
 use crate::format::superblock::feature;
 
 use super::context::{Ctx, DirBlock};
@@ -76,19 +76,7 @@ fn fill_holes(ctx: &mut Ctx) -> io::Result<()> {
     Ok(())
 }
 
-/// The file type a directory entry should carry for this mode.
-pub fn file_type_of(mode: u16) -> u8 {
-    match mode & fi::S_IFMT {
-        fi::S_IFREG => de::EXT2_FT_REG_FILE,
-        fi::S_IFDIR => de::EXT2_FT_DIR,
-        fi::S_IFCHR => de::EXT2_FT_CHRDEV,
-        fi::S_IFBLK => de::EXT2_FT_BLKDEV,
-        fi::S_IFIFO => de::EXT2_FT_FIFO,
-        fi::S_IFSOCK => de::EXT2_FT_SOCK,
-        fi::S_IFLNK => de::EXT2_FT_SYMLINK,
-        _ => de::EXT2_FT_UNKNOWN,
-    }
-}
+pub use crate::format::dirent::file_type_of;
 
 /// One entry's header fields, read without judging them.
 #[derive(Clone, Copy)]
