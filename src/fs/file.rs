@@ -23,6 +23,59 @@ const JOURNALED_CHUNK_BLOCKS: usize = 64;
 /// (an in-process caller may pass any length) every few MiB.
 const MAPPED_CHUNK_BLOCKS: usize = 1024;
 
+/// One block's share of a byte range inside a run of contiguous blocks.
+struct Piece {
+    /// The disk block.
+    block: u32,
+    /// Where the share starts in the block, and in the range.
+    in_block: usize,
+    at: usize,
+    len: usize,
+}
+
+/// The pieces of `len` bytes at file offset `pos`, in a run of blocks that
+/// starts at disk block `first` and file offset `run_start`.
+struct RunPieces {
+    bs: u64,
+    first: u32,
+    run_start: u64,
+    pos: u64,
+    next: u64,
+    end: u64,
+}
+
+impl RunPieces {
+    fn new(block_size: u32, first: u32, run_start: u64, pos: u64, len: usize) -> Self {
+        RunPieces {
+            bs: block_size as u64,
+            first,
+            run_start,
+            pos,
+            next: pos,
+            end: pos + len as u64,
+        }
+    }
+}
+
+impl Iterator for RunPieces {
+    type Item = Piece;
+
+    fn next(&mut self) -> Option<Piece> {
+        if self.next >= self.end {
+            return None;
+        }
+        let at = self.next;
+        let len = (self.bs - at % self.bs).min(self.end - at);
+        self.next += len;
+        Some(Piece {
+            block: self.first + ((at - self.run_start) / self.bs) as u32,
+            in_block: (at % self.bs) as usize,
+            at: (at - self.pos) as usize,
+            len: len as usize,
+        })
+    }
+}
+
 fn now() -> Timestamp {
     let (sec, nsec) = crate::util::now();
     Timestamp { sec, nsec }
@@ -160,18 +213,12 @@ impl Filesystem {
     /// a data block may be in the cache (logged, not yet home), so cached
     /// blocks win over the device.
     fn overlay_cached(&self, first: u32, run_start: u64, pos: u64, dst: &mut [u8]) {
-        let bs = self.block_size as u64;
-        let end = pos + dst.len() as u64;
-        let mut at = pos;
-        while at < end {
-            let block = first + ((at - run_start) / bs) as u32;
-            let in_block = (at % bs) as usize;
-            let n = ((bs - at % bs) as usize).min((end - at) as usize);
-            if let Some(buf) = self.cache.peek(BlockNo(block)) {
-                let from = (at - pos) as usize;
-                dst[from..from + n].copy_from_slice(&buf.read()[in_block..in_block + n]);
+        let run = RunPieces::new(self.block_size, first, run_start, pos, dst.len());
+        for p in run {
+            if let Some(buf) = self.cache.peek(BlockNo(p.block)) {
+                dst[p.at..p.at + p.len]
+                    .copy_from_slice(&buf.read()[p.in_block..p.in_block + p.len]);
             }
-            at += n as u64;
         }
     }
 
@@ -385,23 +432,15 @@ impl Filesystem {
         src: &[u8],
         new: bool,
     ) -> Result<()> {
-        let bs = self.block_size as u64;
-        let end = pos + src.len() as u64;
-        let mut at = pos;
-        while at < end {
-            let block = first + ((at - run_start) / bs) as u32;
-            let in_block = (at % bs) as usize;
-            let n = ((bs - at % bs) as usize).min((end - at) as usize);
+        for p in RunPieces::new(self.block_size, first, run_start, pos, src.len()) {
             let buf = if new {
-                self.cache.get_new(BlockNo(block))?
+                self.cache.get_new(BlockNo(p.block))?
             } else {
-                self.cache.get(BlockNo(block))?
+                self.cache.get(BlockNo(p.block))?
             };
             h.get_write_access(&buf)?;
-            let from = (at - pos) as usize;
-            buf.write()[in_block..in_block + n].copy_from_slice(&src[from..from + n]);
+            buf.write()[p.in_block..p.in_block + p.len].copy_from_slice(&src[p.at..p.at + p.len]);
             h.dirty_metadata(&buf)?;
-            at += n as u64;
         }
         Ok(())
     }
