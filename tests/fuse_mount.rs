@@ -2,6 +2,7 @@
 //! the mount point, then e2fsck and a Linux loop mount as the oracles.
 //! Needs root and /dev/fuse; skipped with a message otherwise.
 
+use std::io::Write;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -183,8 +184,61 @@ fn posix_basics_through_the_kernel() {
     assert_eq!(std::fs::metadata(d.join("big")).unwrap().len(), 1000);
     let st = Command::new("mkfifo").arg(d.join("fifo")).status().unwrap();
     assert!(st.success());
+    names_come_and_go_through_cached_negative_entries(d);
+    files_reopened_keep_what_was_written(d);
     m.unmount();
     e2fsck_clean(&m.image);
+}
+
+/// Lookups of missing names are cached by the kernel as negative entries:
+/// a name must still appear when created, through any call, and vanish
+/// when removed.
+fn names_come_and_go_through_cached_negative_entries(d: &Path) {
+    let p = d.join("ghost");
+    for round in 0..3 {
+        assert!(
+            std::fs::metadata(&p).is_err(),
+            "round {round}: not there yet"
+        );
+        assert!(std::fs::metadata(&p).is_err(), "round {round}: asked twice");
+        match round {
+            0 => std::fs::write(&p, b"x").unwrap(),
+            1 => std::fs::create_dir(&p).unwrap(),
+            _ => std::os::unix::fs::symlink("big", &p).unwrap(),
+        }
+        assert!(
+            std::fs::symlink_metadata(&p).is_ok(),
+            "round {round}: created"
+        );
+        if round == 1 {
+            std::fs::remove_dir(&p).unwrap();
+        } else {
+            std::fs::remove_file(&p).unwrap();
+        }
+    }
+    assert!(std::fs::metadata(&p).is_err());
+    std::fs::write(d.join("src"), b"renamed in").unwrap();
+    assert!(std::fs::metadata(&p).is_err());
+    std::fs::rename(d.join("src"), &p).unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), b"renamed in");
+    std::fs::remove_file(&p).unwrap();
+}
+
+/// Files keep their page cache across opens (FOPEN_KEEP_CACHE): what a
+/// second open reads must still be the newest data, including after a
+/// truncate and rewrite through another descriptor.
+fn files_reopened_keep_what_was_written(d: &Path) {
+    let p = d.join("reopened");
+    std::fs::write(&p, vec![1u8; 100_000]).unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), vec![1u8; 100_000]);
+    std::fs::write(&p, vec![2u8; 5_000]).unwrap();
+    assert_eq!(std::fs::read(&p).unwrap(), vec![2u8; 5_000]);
+    let mut f = std::fs::OpenOptions::new().append(true).open(&p).unwrap();
+    f.write_all(&[3u8; 10]).unwrap();
+    drop(f);
+    let got = std::fs::read(&p).unwrap();
+    assert_eq!(got.len(), 5_010);
+    assert_eq!(&got[5_000..], &[3u8; 10]);
 }
 
 #[test]

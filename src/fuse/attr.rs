@@ -82,3 +82,25 @@ pub fn file_attr(ino: INodeNo, i: &Inode, block_size: u32) -> FileAttr {
         flags: 0,
     }
 }
+
+/// The attributes of a negative entry: node 0 tells the kernel the name
+/// does not exist; the rest is ignored.
+pub fn negative_attr() -> FileAttr {
+    FileAttr {
+        ino: INodeNo(0),
+        size: 0,
+        blocks: 0,
+        atime: UNIX_EPOCH,
+        mtime: UNIX_EPOCH,
+        ctime: UNIX_EPOCH,
+        crtime: UNIX_EPOCH,
+        kind: FileType::RegularFile,
+        perm: 0,
+        nlink: 0,
+        uid: 0,
+        gid: 0,
+        rdev: 0,
+        blksize: 0,
+        flags: 0,
+    }
+}

@@ -29,6 +29,12 @@ pub use attr::file_attr;
 /// behind the mount's back, which ext3 does not allow either.
 const TTL: Duration = Duration::from_secs(1);
 
+/// Opened files keep the kernel's page cache: every change to a file's
+/// data passes through this mount, so cached pages are never stale, and
+/// dropping them at each open would send every read of a file opened again
+/// back to the daemon.
+const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
+
 /// Writes the kernel may send in one request.
 pub const MAX_WRITE: u32 = 1 << 20;
 
@@ -164,7 +170,15 @@ impl fuser::Filesystem for JbdFuse {
 
     fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
         let _s = tracing::debug_span!("lookup", parent = parent.0, ?name).entered();
-        self.reply_entry(reply, self.fs.lookup(to_ext3(parent), name.as_bytes()));
+        match self.fs.lookup(to_ext3(parent), name.as_bytes()) {
+            // A name that is not there is answered with node 0 and a
+            // timeout: the kernel keeps the negative dentry, so asking again
+            // (a build's include search, a stat before a create) costs no
+            // round trip. Every create goes through the kernel, which turns
+            // the negative entry positive itself.
+            Err(FsError::NotFound) => reply.entry(&TTL, &attr::negative_attr(), Generation(0)),
+            res => self.reply_entry(reply, res),
+        }
     }
 
     fn forget(&self, _req: &Request, ino: INodeNo, nlookup: u64) {
@@ -342,7 +356,7 @@ impl fuser::Filesystem for JbdFuse {
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _s = tracing::debug_span!("open", ino = ino.0).entered();
         match self.fs.open(to_ext3(ino)) {
-            Ok(()) => reply.opened(FileHandle(0), FopenFlags::empty()),
+            Ok(()) => reply.opened(FileHandle(0), OPEN_FLAGS),
             Err(e) => reply.error(self.fail(&e)),
         }
     }
@@ -384,6 +398,10 @@ impl fuser::Filesystem for JbdFuse {
         }
     }
 
+    /// close(2) has nothing to do here: data reaches the daemon through
+    /// the kernel's writeback (which close already waits for), and locks
+    /// are the kernel's. ENOSYS tells the kernel so once, and it stops
+    /// sending FLUSH: one round trip less for every close.
     fn flush(
         &self,
         _req: &Request,
@@ -392,7 +410,7 @@ impl fuser::Filesystem for JbdFuse {
         _lock: LockOwner,
         reply: ReplyEmpty,
     ) {
-        reply.ok();
+        reply.error(Errno::ENOSYS);
     }
 
     fn release(
@@ -619,7 +637,7 @@ impl fuser::Filesystem for JbdFuse {
                 self.fs.remember(ino);
                 let attr = self.attr(ino, &inode);
                 let gen = Generation(inode.i_generation as u64);
-                reply.created(&TTL, &attr, gen, FileHandle(0), FopenFlags::empty());
+                reply.created(&TTL, &attr, gen, FileHandle(0), OPEN_FLAGS);
             }
             Err(e) => reply.error(self.fail(&e)),
         }
