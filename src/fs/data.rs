@@ -25,9 +25,13 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use parking_lot::{Condvar, Mutex};
+use parking_lot::{Condvar, Mutex, MutexGuard};
 
 use crate::device::BlockDevice;
+
+/// How long queued data may wait for the writer thread when no fsync,
+/// commit or full queue asks for it sooner.
+const WRITER_PERIOD: Duration = Duration::from_millis(200);
 
 /// One queued block: its newest contents, the inode they belong to, and
 /// the sequence number of the oldest write to it not yet on the device.
@@ -62,9 +66,20 @@ struct QueueState {
     next_seq: u64,
     /// Batches finished.
     done: u64,
+    /// Writes going straight from a caller's buffer to the device.
+    direct: Vec<Direct>,
     /// The first write error not yet reported by fsync.
     error: Option<io::ErrorKind>,
     shutdown: bool,
+}
+
+/// A write of disk blocks `start..end` claimed with
+/// [`DataQueue::begin_direct`] and not yet finished.
+struct Direct {
+    seq: u64,
+    ino: u32,
+    start: u32,
+    end: u32,
 }
 
 impl QueueState {
@@ -72,11 +87,28 @@ impl QueueState {
     /// given) has not reached the device.
     fn unwritten(&self, upto: u64, ino: Option<u32>) -> bool {
         let inflight = self.inflight.as_deref();
-        inflight
+        let queued = inflight
             .into_iter()
             .chain([&self.urgent, &self.pending])
             .flat_map(|m| m.values())
-            .any(|q| q.seq <= upto && ino.is_none_or(|i| q.ino == i))
+            .any(|q| q.seq <= upto && ino.is_none_or(|i| q.ino == i));
+        queued
+            || self
+                .direct
+                .iter()
+                .any(|d| d.seq <= upto && ino.is_none_or(|i| d.ino == i))
+    }
+
+    /// Whether a direct write covers any of blocks `start..end`.
+    fn direct_overlaps(&self, start: u32, end: u32) -> bool {
+        self.direct.iter().any(|d| d.start < end && start < d.end)
+    }
+
+    /// Whether the batch in flight holds any of blocks `start..end`.
+    fn inflight_overlaps(&self, start: u32, end: u32) -> bool {
+        self.inflight
+            .as_ref()
+            .is_some_and(|batch| batch.range(start..end).next().is_some())
     }
 
     /// Puts `q` at `block` in `map`, keeping the older unwritten sequence
@@ -110,6 +142,8 @@ pub struct DataQueue {
     finished: Condvar,
     /// Bytes held, queued and in flight; zero lets reads skip the lock.
     held: AtomicUsize,
+    /// Direct writes under way; with `held` zero too, cancel skips the lock.
+    directs: AtomicUsize,
     /// Batches finished before the last flush of the device began.
     flushed: AtomicU64,
 }
@@ -131,6 +165,7 @@ impl DataQueue {
                 pending: BTreeMap::new(),
                 urgent: BTreeMap::new(),
                 inflight: None,
+                direct: Vec::new(),
                 next_seq: 1,
                 done: 0,
                 error: None,
@@ -139,6 +174,7 @@ impl DataQueue {
             work: Condvar::new(),
             finished: Condvar::new(),
             held: AtomicUsize::new(0),
+            directs: AtomicUsize::new(0),
             flushed: AtomicU64::new(0),
         });
         let weak = Arc::downgrade(&q);
@@ -161,8 +197,7 @@ impl DataQueue {
         }
         let mut st = self.state.lock();
         while self.held.load(Ordering::Acquire) > self.limit && !st.shutdown {
-            self.work.notify_one();
-            self.finished.wait_for(&mut st, Duration::from_millis(100));
+            self.write_or_wait(&mut st);
         }
     }
 
@@ -183,7 +218,13 @@ impl DataQueue {
             }
         }
         drop(st);
-        self.work.notify_one();
+        // The writer is woken only past half the limit; below it, queued
+        // data waits for an fsync or commit to write it on its own thread,
+        // or for the writer's next round, so small writes cost no thread
+        // switch and adjacent ones coalesce.
+        if self.held.load(Ordering::Acquire) > self.limit / 2 {
+            self.work.notify_one();
+        }
     }
 
     /// Reads `dst.len()` bytes at disk byte `offset`, newest queued
@@ -224,12 +265,19 @@ impl DataQueue {
     /// Forgets queued data for freed blocks, waiting for any write of them
     /// already under way, so the blocks can be given to a new owner.
     pub fn cancel(&self, start: u32, count: u32) {
-        if self.held.load(Ordering::Acquire) == 0 {
+        if self.held.load(Ordering::Acquire) == 0 && self.directs.load(Ordering::Acquire) == 0 {
             return;
         }
         let end = start.saturating_add(count);
-        let mut guard = self.state.lock();
-        let st = &mut *guard;
+        let mut st = self.state.lock();
+        self.forget_queued(&mut st, start, end);
+        while st.inflight_overlaps(start, end) || st.direct_overlaps(start, end) {
+            self.finished.wait(&mut st);
+        }
+    }
+
+    /// Drops the queued (not in flight) copies of blocks `start..end`.
+    fn forget_queued(&self, st: &mut QueueState, start: u32, end: u32) {
         for map in [&mut st.pending, &mut st.urgent] {
             let doomed: Vec<u32> = map.range(start..end).map(|(b, _)| *b).collect();
             for b in doomed {
@@ -237,13 +285,53 @@ impl DataQueue {
                 self.held.fetch_sub(self.block_size, Ordering::AcqRel);
             }
         }
-        while guard
-            .inflight
-            .as_ref()
-            .is_some_and(|batch| batch.range(start..end).next().is_some())
-        {
-            self.finished.wait(&mut guard);
+    }
+
+    /// Claims whole blocks `first..first + count` of inode `ino` for a
+    /// write straight from the caller's buffer, which saves a large write
+    /// the copy into the queue and the hand-off to the writer. Older
+    /// queued copies of the blocks are dropped (the new data supersedes
+    /// them) and one already in flight is waited for (it must not land
+    /// after the new data). From here until the write finishes, drains
+    /// (and so, in data=ordered, commits) wait for it, exactly as for
+    /// queued data: claim inside the journal handle that maps the blocks,
+    /// write after stopping it, before starting another.
+    pub fn begin_direct(&self, ino: u32, first: u32, count: u32) -> DirectWrite<'_> {
+        let end = first.saturating_add(count);
+        let mut st = self.state.lock();
+        self.forget_queued(&mut st, first, end);
+        while st.inflight_overlaps(first, end) {
+            self.finished.wait(&mut st);
         }
+        let seq = st.next_seq;
+        st.next_seq += 1;
+        st.direct.push(Direct {
+            seq,
+            ino,
+            start: first,
+            end,
+        });
+        self.directs.fetch_add(1, Ordering::AcqRel);
+        DirectWrite {
+            queue: self,
+            seq,
+            first,
+            done: false,
+        }
+    }
+
+    /// Ends direct write `seq`, recording its error for fsync.
+    fn end_direct(&self, seq: u64, res: &io::Result<()>) {
+        let mut st = self.state.lock();
+        st.direct.retain(|d| d.seq != seq);
+        self.directs.fetch_sub(1, Ordering::AcqRel);
+        st.done += 1;
+        if let Err(e) = res {
+            tracing::error!("file data write failed: {e}");
+            st.error.get_or_insert(e.kind());
+        }
+        drop(st);
+        self.finished.notify_all();
     }
 
     /// Waits until everything queued before the call is on the device
@@ -278,6 +366,12 @@ impl DataQueue {
         self.wait_written(&mut guard, upto, Some(ino))
     }
 
+    /// Waits until no write numbered `upto` or earlier (of `ino`, if
+    /// given) is unwritten. When no batch is in flight the caller writes
+    /// the next one itself rather than waking the writer thread and
+    /// sleeping: on fast storage the two thread switches would cost more
+    /// than the write (the same reasoning as commits on the fsync caller's
+    /// thread, journal/commit.rs).
     fn wait_written(
         &self,
         st: &mut parking_lot::MutexGuard<'_, QueueState>,
@@ -285,10 +379,23 @@ impl DataQueue {
         ino: Option<u32>,
     ) -> u64 {
         while st.unwritten(upto, ino) && !st.shutdown {
-            self.work.notify_one();
-            self.finished.wait(st);
+            self.write_or_wait(st);
         }
         st.done
+    }
+
+    /// Writes the next batch on this thread, or, with one already in
+    /// flight, waits for a batch to end.
+    fn write_or_wait(&self, st: &mut MutexGuard<'_, QueueState>) {
+        match self.take_ready(st) {
+            Some(batch) => {
+                let res = MutexGuard::unlocked(st, || self.write_runs(&batch));
+                self.finish_batch(st, &batch, res);
+            }
+            None => {
+                self.finished.wait_for(st, Duration::from_millis(100));
+            }
+        }
     }
 
     /// The first write error since the last call, for fsync to report.
@@ -310,21 +417,12 @@ impl DataQueue {
         self.finished.notify_all();
     }
 
-    /// Takes the next batch: the urgent blocks if any, else all pending.
-    /// None when shut down; an empty batch when idle for a while.
-    fn take_batch(&self) -> Option<Arc<Blocks>> {
-        let mut st = self.state.lock();
-        while st.pending.is_empty() && st.urgent.is_empty() {
-            if st.shutdown {
-                return None;
-            }
-            if self
-                .work
-                .wait_for(&mut st, Duration::from_millis(200))
-                .timed_out()
-            {
-                return Some(Arc::new(Blocks::new()));
-            }
+    /// Takes the next batch, the urgent blocks if any, else all pending,
+    /// unless a batch is already in flight (batches are written one at a
+    /// time, so a newer copy of a block can never land before an older one).
+    fn take_ready(&self, st: &mut QueueState) -> Option<Arc<Blocks>> {
+        if st.inflight.is_some() || (st.pending.is_empty() && st.urgent.is_empty()) {
+            return None;
         }
         let batch = if st.urgent.is_empty() {
             std::mem::take(&mut st.pending)
@@ -336,16 +434,8 @@ impl DataQueue {
         Some(batch)
     }
 
-    /// One batch, written run by run; false once shut down.
-    fn write_batch(&self) -> bool {
-        let Some(batch) = self.take_batch() else {
-            return false;
-        };
-        if batch.is_empty() {
-            return true;
-        }
-        let res = self.write_runs(&batch);
-        let mut st = self.state.lock();
+    /// Ends the batch in flight: its blocks are on the device (or failed).
+    fn finish_batch(&self, st: &mut QueueState, batch: &Blocks, res: io::Result<()>) {
         st.inflight = None;
         st.done += 1;
         self.held
@@ -354,8 +444,24 @@ impl DataQueue {
             tracing::error!("file data write failed: {e}");
             st.error.get_or_insert(e.kind());
         }
-        drop(st);
         self.finished.notify_all();
+    }
+
+    /// The writer thread's turn: one batch when there is one, else a wait
+    /// for work; false once shut down.
+    fn write_batch(&self) -> bool {
+        let mut st = self.state.lock();
+        let Some(batch) = self.take_ready(&mut st) else {
+            if st.shutdown {
+                return false;
+            }
+            // A round every WRITER_PERIOD writes what nobody waited for,
+            // and lets the thread notice a dropped queue.
+            self.work.wait_for(&mut st, WRITER_PERIOD);
+            return true;
+        };
+        let res = MutexGuard::unlocked(&mut st, || self.write_runs(&batch));
+        self.finish_batch(&mut st, &batch, res);
         true
     }
 
@@ -382,6 +488,37 @@ impl DataQueue {
             }
         }
         first_err.map_or(Ok(()), Err)
+    }
+}
+
+/// A claimed direct write ([`DataQueue::begin_direct`]). Dropping it
+/// unwritten releases the claim, so an error path cannot leave drains
+/// waiting for ever.
+pub struct DirectWrite<'q> {
+    queue: &'q DataQueue,
+    seq: u64,
+    first: u32,
+    done: bool,
+}
+
+impl DirectWrite<'_> {
+    /// Writes `data`, whole blocks from the claimed first block.
+    pub fn write(mut self, data: &[u8]) -> io::Result<()> {
+        let q = self.queue;
+        let res = q
+            .dev
+            .write_at(data, self.first as u64 * q.block_size as u64);
+        self.done = true;
+        q.end_direct(self.seq, &res);
+        res
+    }
+}
+
+impl Drop for DirectWrite<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.queue.end_direct(self.seq, &Ok(()));
+        }
     }
 }
 
@@ -479,7 +616,8 @@ mod tests {
     fn a_cancelled_block_never_reaches_the_device() {
         let dev = gate(40);
         let q = DataQueue::start(dev.clone(), BS, DataOrder::Ordered, 1 << 20).unwrap();
-        q.write(1, 40, &[4u8; BS]); // the writer blocks on this batch
+        q.write(1, 40, &[4u8; BS]);
+        q.work.notify_one(); // the writer takes it and blocks on it
         std::thread::sleep(Duration::from_millis(50));
         q.write(1, 5, &[9u8; BS]); // pending behind it
         q.cancel(5, 1);
@@ -496,6 +634,7 @@ mod tests {
         let dev = gate(20);
         let q = DataQueue::start(dev.clone(), BS, DataOrder::Writeback, 1 << 20).unwrap();
         q.write(1, 20, &[1u8; BS]); // held at the device
+        q.work.notify_one();
         std::thread::sleep(Duration::from_millis(50)); // let the writer block on it
         q.write(2, 30, &[2u8; BS]);
         let waiter = {
@@ -529,5 +668,59 @@ mod tests {
             assert_eq!(raw, [b as u8]);
         }
         assert_eq!(q.held.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn a_direct_write_supersedes_queued_copies() {
+        let dev = gate(u64::MAX);
+        let q = DataQueue::start(dev.clone(), BS, DataOrder::Ordered, 1 << 20).unwrap();
+        q.write(1, 5, &[1u8; 2 * BS]);
+        q.begin_direct(1, 5, 2).write(&[2u8; 2 * BS]).unwrap();
+        q.drain();
+        let mut buf = [0u8; 2 * BS];
+        q.read(&mut buf, 5 * BS as u64).unwrap();
+        assert_eq!(buf, [2u8; 2 * BS], "the older queued copy never lands");
+        assert_eq!(q.held.load(Ordering::Acquire), 0);
+    }
+
+    #[test]
+    fn drains_and_cancels_wait_for_a_claimed_direct_write() {
+        let dev = gate(u64::MAX);
+        let q = DataQueue::start(dev.clone(), BS, DataOrder::Ordered, 1 << 20).unwrap();
+        let claim = q.begin_direct(3, 50, 1);
+        let landed = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let drainer = s.spawn(|| {
+                q.drain_inode(3);
+                assert!(
+                    landed.load(Ordering::Acquire),
+                    "drain returned before the write"
+                );
+            });
+            let canceller = s.spawn(|| {
+                q.cancel(50, 1);
+                assert!(
+                    landed.load(Ordering::Acquire),
+                    "cancel returned before the write"
+                );
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            landed.store(true, Ordering::Release);
+            claim.write(&[6u8; BS]).unwrap();
+            drainer.join().unwrap();
+            canceller.join().unwrap();
+        });
+        let mut raw = [0u8; 1];
+        dev.inner.read_at(&mut raw, 50 * BS as u64).unwrap();
+        assert_eq!(raw, [6]);
+    }
+
+    #[test]
+    fn a_dropped_claim_releases_waiters() {
+        let dev = gate(u64::MAX);
+        let q = DataQueue::start(dev, BS, DataOrder::Ordered, 1 << 20).unwrap();
+        drop(q.begin_direct(1, 9, 1));
+        q.drain(); // would wait for ever if the claim were still held
+        assert!(q.state.lock().direct.is_empty());
     }
 }

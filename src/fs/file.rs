@@ -9,6 +9,8 @@ use crate::format::inode::Timestamp;
 use crate::format::{BlockNo, InodeNo};
 use crate::journal::Handle;
 
+use super::data::DirectWrite;
+
 /// Journal credits to map one run of new blocks, beyond its pointer
 /// blocks: bitmaps and descriptors for the data and its pointer blocks
 /// (either may cross a group), the superblock, the inode, and the pointer
@@ -22,6 +24,34 @@ const JOURNALED_CHUNK_BLOCKS: usize = 64;
 /// keeps handles short and lets the data queue throttle a huge write
 /// (an in-process caller may pass any length) every few MiB.
 const MAPPED_CHUNK_BLOCKS: usize = 1024;
+
+/// Whole-block stretches at least this long go straight from the caller's
+/// buffer to the device (`DataQueue::begin_direct`) instead of through the
+/// queue: for the kernel's writeback of a large file, the copy into the
+/// queue and the hand-off to its writer would cost more than they save.
+/// Shorter writes are queued, so that they return at once and adjacent
+/// ones coalesce.
+const DIRECT_MIN_BLOCKS: u64 = 16;
+
+/// A direct write claimed inside a handle, to be written once it stops.
+type Deferred<'q, 'd> = (DirectWrite<'q>, &'d [u8]);
+
+/// What one handle's share of a write did.
+struct RunsDone<'q, 'd> {
+    /// Bytes written (or claimed) from the start of the share.
+    bytes: usize,
+    /// What stopped it short.
+    err: Option<FsError>,
+    /// Claimed direct writes, for after the handle stops.
+    direct: Vec<Deferred<'q, 'd>>,
+}
+
+impl RunsDone<'_, '_> {
+    fn stopped(mut self, e: FsError) -> Self {
+        self.err = Some(e);
+        self
+    }
+}
 
 /// One block's share of a byte range inside a run of contiguous blocks.
 struct Piece {
@@ -304,7 +334,8 @@ impl Filesystem {
         privileged: bool,
     ) -> Result<usize> {
         let mut h = self.journal.start(self.write_credits(data.len()))?;
-        let (written, err) = self.write_runs(&mut h, ino, st, offset, data, privileged);
+        let done = self.write_runs(&mut h, ino, st, offset, data, privileged);
+        let written = done.bytes;
         if written > 0 {
             let end = offset + written as u64;
             if end > st.disk.i_size {
@@ -316,7 +347,14 @@ impl Filesystem {
         }
         let wrote_inode = self.write_inode(&mut h, ino, &st.disk);
         let stopped = h.stop();
-        match err {
+        // After the stop, so that no commit waits for these device writes
+        // while the handle is open; before the next start, which may wait
+        // for a commit that (in data=ordered) waits for them.
+        let direct: std::io::Result<()> = done
+            .direct
+            .into_iter()
+            .try_for_each(|(claim, src)| claim.write(src));
+        match done.err {
             // A short write is success for what was written, as on Linux.
             Some(FsError::NoSpace) if written > 0 => {}
             Some(e) => return Err(e),
@@ -324,39 +362,43 @@ impl Filesystem {
         }
         wrote_inode?;
         stopped?;
+        direct?;
         Ok(written)
     }
 
-    /// Writes run by run; returns the bytes written from the start of
-    /// `data` and the error that stopped it, if any.
-    fn write_runs(
+    /// Writes run by run: the bytes written from the start of `data`, the
+    /// error that stopped it, if any, and the direct writes still to do.
+    fn write_runs<'d>(
         &self,
         h: &mut Handle<'_>,
         ino: InodeNo,
         st: &mut InodeState,
         offset: u64,
-        data: &[u8],
+        data: &'d [u8],
         privileged: bool,
-    ) -> (usize, Option<FsError>) {
+    ) -> RunsDone<'_, 'd> {
         let bs = self.block_size as u64;
         let end = offset + data.len() as u64;
+        let mut done = RunsDone {
+            bytes: 0,
+            err: None,
+            direct: Vec::new(),
+        };
         let mut pos = offset;
         while pos < end {
+            done.bytes = (pos - offset) as usize;
             let logical = (pos / bs) as u32;
             let want = self.fit_run(h, ((end - 1) / bs - pos / bs + 1) as u32);
             if want == 0 {
                 // Out of credits: the caller goes on in a new handle.
-                return ((pos - offset) as usize, None);
+                return done;
             }
             let m = match self.get_blocks(h, ino, st, logical, want, privileged) {
                 Ok(m) => m,
-                Err(e) => return ((pos - offset) as usize, Some(e)),
+                Err(e) => return done.stopped(e),
             };
             let Some(p) = m.physical else {
-                return (
-                    (pos - offset) as usize,
-                    Some(FsError::Invalid("allocation returned a hole")),
-                );
+                return done.stopped(FsError::Invalid("allocation returned a hole"));
             };
             let run_start = logical as u64 * bs;
             // A logged truncate tail is written through the log too.
@@ -364,7 +406,7 @@ impl Filesystem {
                 true => (m.count, true),
                 false => match self.plain_data_prefix(p.0, m.count) {
                     0 if h.extend(1) || h.credits() > 1 => (1, true),
-                    0 => return ((pos - offset) as usize, None),
+                    0 => return done,
                     n => (n, false),
                 },
             };
@@ -374,27 +416,31 @@ impl Filesystem {
                 self.write_run_journaled(h, p.0, run_start, pos, src, m.new)
             } else {
                 self.write_run(ino, p.0 as u64 * bs, run_start, pos, src, m.new)
+                    .map(|claim| done.direct.extend(claim))
             };
             if let Err(e) = res {
-                return ((pos - offset) as usize, Some(e));
+                return done.stopped(e);
             }
             pos = chunk_end;
         }
-        (data.len(), None)
+        done.bytes = data.len();
+        done
     }
 
     /// Writes `src` at file offset `pos` inside a run of blocks that starts
     /// at disk byte `disk` (file offset `run_start`). Partial blocks at the
     /// edges keep their old bytes, or read as zeros when newly allocated.
-    fn write_run(
+    /// A long whole-block stretch is only claimed here, and returned to be
+    /// written once the handle has stopped.
+    fn write_run<'d>(
         &self,
         ino: InodeNo,
         disk: u64,
         run_start: u64,
         pos: u64,
-        src: &[u8],
+        src: &'d [u8],
         new: bool,
-    ) -> Result<()> {
+    ) -> Result<Option<Deferred<'_, 'd>>> {
         let bs = self.block_size as u64;
         let end = pos + src.len() as u64;
         let lo = pos / bs * bs;
@@ -402,8 +448,13 @@ impl Filesystem {
         let disk_lo = disk + (lo - run_start);
         let first = (disk_lo / bs) as u32;
         if lo == pos && hi == end {
+            let blocks = (hi - lo) / bs;
+            if blocks >= DIRECT_MIN_BLOCKS {
+                let claim = self.data.begin_direct(ino.0, first, blocks as u32);
+                return Ok(Some((claim, src)));
+            }
             self.data.write(ino.0, first, src);
-            return Ok(());
+            return Ok(None);
         }
         let mut buf = vec![0u8; (hi - lo) as usize];
         let last = buf.len() - bs as usize;
@@ -418,7 +469,7 @@ impl Filesystem {
         let at = (pos - lo) as usize;
         buf[at..at + src.len()].copy_from_slice(src);
         self.data.write(ino.0, first, &buf);
-        Ok(())
+        Ok(None)
     }
 
     /// data=journal: the run's blocks go through the cache and the journal,
