@@ -41,9 +41,13 @@
 //!    lookups and inserts.
 //! 8. The data queue's state lock (`fs::data::DataQueue`): held only to
 //!    move blocks in and out of the queue, never across device I/O. Its
-//!    waits (throttle, drain, cancel) wait for the writer thread, which
-//!    takes no other lock, so they are safe under any lock above; throttle
-//!    is called before a handle starts, so a full queue never holds a commit.
+//!    waits (throttle, drain, cancel, begin_direct) wait for a batch or a
+//!    claimed direct write to reach the device. A batch's write takes no
+//!    lock; a claim is written by a thread that holds its inode's lock and
+//!    has already stopped its handle (it only needs `Journal::state`
+//!    briefly for that stop), so the waits are safe under any lock above
+//!    but the claimed inode's. Throttle is called before a handle starts,
+//!    so a full queue never holds a commit.
 //! 9. Device-internal locks (memory device contents): leaves, never held
 //!    while calling out of the device.
 
