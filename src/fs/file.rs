@@ -120,19 +120,39 @@ impl Filesystem {
 
     /// Reads up to `size` bytes at `offset`; holes read as zeros.
     pub fn read(&self, ino: InodeNo, offset: u64, size: u32) -> Result<Vec<u8>> {
+        let mut out = Vec::new();
+        let n = self.read_buf(ino, offset, size, &mut out)?;
+        out.truncate(n);
+        Ok(out)
+    }
+
+    /// Reads up to `size` bytes at `offset` into the front of `buf` and
+    /// returns how many there are. `buf` grows as needed and is never
+    /// cleared: every returned byte is overwritten (data, or zeros for
+    /// holes), so a buffer kept across reads costs no zeroing per request.
+    pub fn read_buf(
+        &self,
+        ino: InodeNo,
+        offset: u64,
+        size: u32,
+        buf: &mut Vec<u8>,
+    ) -> Result<usize> {
         let inode = self.iget(ino)?;
         let st = inode.state.read();
         if st.disk.is_dir() {
             return Err(FsError::IsDir);
         }
-        let end = (offset + size as u64).min(st.disk.i_size);
+        let end = offset.saturating_add(size as u64).min(st.disk.i_size);
         if offset >= end {
-            return Ok(Vec::new());
+            return Ok(0);
         }
-        let mut out = vec![0u8; (end - offset) as usize];
-        self.read_into(ino, &st, offset, &mut out)?;
+        let n = (end - offset) as usize;
+        if buf.len() < n {
+            buf.resize(n, 0);
+        }
+        self.read_into(ino, &st, offset, &mut buf[..n])?;
         self.read_ahead(ino, &st, offset, end);
-        Ok(out)
+        Ok(n)
     }
 
     /// While a file is read sequentially, asks for the pointer blocks of

@@ -35,6 +35,13 @@ const TTL: Duration = Duration::from_secs(1);
 /// back to the daemon.
 const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
 
+thread_local! {
+    /// Each worker's read buffer, kept across requests (see
+    /// `Filesystem::read_buf`): a fresh zeroed buffer per read cost about
+    /// 5% of a sequential read's daemon time.
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// Writes the kernel may send in one request.
 pub const MAX_WRITE: u32 = 1 << 20;
 
@@ -373,10 +380,12 @@ impl fuser::Filesystem for JbdFuse {
         reply: ReplyData,
     ) {
         let _s = tracing::debug_span!("read", ino = ino.0, offset, size).entered();
-        match self.fs.read(to_ext3(ino), offset, size) {
-            Ok(d) => reply.data(&d),
-            Err(e) => reply.error(self.fail(&e)),
-        }
+        READ_BUF.with_borrow_mut(
+            |buf| match self.fs.read_buf(to_ext3(ino), offset, size, buf) {
+                Ok(n) => reply.data(&buf[..n]),
+                Err(e) => reply.error(self.fail(&e)),
+            },
+        );
     }
 
     fn write(
