@@ -2,7 +2,8 @@
 //! per-buffer locks that order I/O on it.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use parking_lot::{
     MappedRwLockReadGuard, MappedRwLockWriteGuard, Mutex, MutexGuard, RwLock, RwLockReadGuard,
@@ -31,6 +32,9 @@ pub struct Buffer {
     state: AtomicU64,
     uptodate: AtomicBool,
     pins: AtomicU32,
+    /// The cache's count of pinned buffers, kept here so that every pin and
+    /// unpin, whoever makes it, keeps the count exact.
+    pinned_total: Arc<AtomicUsize>,
     /// Held across this buffer's own device write, so that two writebacks of
     /// one buffer cannot land out of order, and so that `pin` can wait out a
     /// write that began before the pin.
@@ -38,13 +42,19 @@ pub struct Buffer {
 }
 
 impl Buffer {
-    pub(super) fn new(block: BlockNo, size: usize, uptodate: bool) -> Self {
+    pub(super) fn new(
+        block: BlockNo,
+        size: usize,
+        uptodate: bool,
+        pinned_total: Arc<AtomicUsize>,
+    ) -> Self {
         Buffer {
             block,
             data: RwLock::new(vec![0; size].into_boxed_slice()),
             state: AtomicU64::new(0),
             uptodate: AtomicBool::new(uptodate),
             pins: AtomicU32::new(0),
+            pinned_total,
             writeback: Mutex::new(()),
         }
     }
@@ -96,7 +106,9 @@ impl Buffer {
     /// that no stale write can land after the journal's own.
     pub fn pin(&self) {
         let _in_flight = self.writeback.lock();
-        self.pins.fetch_add(1, Ordering::AcqRel);
+        if self.pins.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.pinned_total.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// Undoes one [`Buffer::pin`]. An unpin without a pin is ignored (and
@@ -105,8 +117,12 @@ impl Buffer {
         let r = self
             .pins
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| p.checked_sub(1));
-        if r.is_err() {
-            tracing::warn!(block = self.block.0, "unpin of an unpinned buffer");
+        match r {
+            Ok(1) => {
+                self.pinned_total.fetch_sub(1, Ordering::AcqRel);
+            }
+            Ok(_) => {}
+            Err(_) => tracing::warn!(block = self.block.0, "unpin of an unpinned buffer"),
         }
     }
 

@@ -40,7 +40,7 @@ mod writeback;
 mod tests;
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
@@ -113,6 +113,13 @@ pub struct BufferCache {
     shards: Box<[PaddedShard]>,
     reads: AtomicU64,
     writes: AtomicU64,
+    /// Buffers pinned right now (kept by the buffers themselves).
+    pinned: Arc<AtomicUsize>,
+    /// Buffers cached right now, and the most there ever were after an
+    /// insert had evicted what it could: what the cache really held, pinned
+    /// buffers included.
+    resident: AtomicUsize,
+    peak: AtomicUsize,
 }
 
 impl BufferCache {
@@ -136,6 +143,42 @@ impl BufferCache {
             shards,
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
+            pinned: Arc::new(AtomicUsize::new(0)),
+            resident: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+        }
+    }
+
+    /// The memory budget the cache was given.
+    pub fn capacity_bytes(&self) -> usize {
+        self.capacity_bytes
+    }
+
+    /// Bytes of pinned buffers: journaled blocks the cache can neither
+    /// evict nor write home until the journal lets go of them.
+    pub fn pinned_bytes(&self) -> usize {
+        self.pinned.load(Ordering::Acquire) * self.block_size
+    }
+
+    /// The most bytes the cache has held at once, pinned buffers included.
+    pub fn peak_cached_bytes(&self) -> usize {
+        self.peak.load(Ordering::Relaxed) * self.block_size
+    }
+
+    /// Undoes one [`Buffer::pin`] and, once the buffer is no longer pinned,
+    /// puts it back where eviction can see it. The journal unpins this way;
+    /// a bare [`Buffer::unpin`] leaves it parked until [`Self::shrink`].
+    pub fn unpin(&self, buf: &Buffer) {
+        buf.unpin();
+        if !buf.is_pinned() {
+            self.shard(buf.block()).lock().unpark(buf.block());
+        }
+    }
+
+    /// Counts buffers that left the cache.
+    fn released(&self, n: usize) {
+        if n > 0 {
+            self.resident.fetch_sub(n, Ordering::Relaxed);
         }
     }
 
@@ -235,6 +278,7 @@ impl BufferCache {
             }
         };
         if let Some(b) = removed {
+            self.released(1);
             b.clear_dirty();
         }
     }
@@ -244,6 +288,7 @@ impl BufferCache {
     pub fn invalidate_all(&self) {
         for s in self.shards.iter() {
             let dropped = s.0.lock().remove_where(shard::evictable);
+            self.released(dropped.len());
             drop(dropped);
         }
     }
@@ -318,9 +363,15 @@ impl BufferCache {
             };
         }
         count_access(shard, access, false);
-        let buf = Arc::new(Buffer::new(block, self.block_size, access == Access::New));
+        let buf = Arc::new(Buffer::new(
+            block,
+            self.block_size,
+            access == Access::New,
+            Arc::clone(&self.pinned),
+        ));
         shard.insert(Arc::clone(&buf));
         shard.evict_clean(victims);
+        self.note_insert(victims.len());
         let writeback = if shard.over_budget() {
             shard.dirty_candidates(EVICT_WRITEBACK_BATCH)
         } else {
@@ -331,6 +382,14 @@ impl BufferCache {
             found: false,
             writeback,
         }
+    }
+
+    /// Counts one buffer in and `evicted` out, and keeps the high-water mark.
+    fn note_insert(&self, evicted: usize) {
+        let now = self.resident.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = now.saturating_sub(evicted);
+        self.resident.fetch_sub(evicted, Ordering::Relaxed);
+        self.peak.fetch_max(now, Ordering::Relaxed);
     }
 
     /// Writes back dirty eviction candidates of `block`'s shard (skipping any
@@ -348,6 +407,7 @@ impl BufferCache {
         }
         let mut victims = Vec::new();
         shard.lock().evict_clean(&mut victims);
+        self.released(victims.len());
         drop(victims);
     }
 
@@ -359,6 +419,7 @@ impl BufferCache {
             let mut victims = Vec::new();
             let candidates = {
                 let mut shard = s.0.lock();
+                shard.unpark_all();
                 shard.evict_clean(&mut victims);
                 if shard.over_budget() {
                     shard.dirty_candidates(usize::MAX)
@@ -366,6 +427,7 @@ impl BufferCache {
                     Vec::new()
                 }
             };
+            self.released(victims.len());
             drop(victims);
             if !candidates.is_empty() {
                 self.relieve_shard(&s.0, candidates);
