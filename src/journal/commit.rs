@@ -8,6 +8,8 @@
 //! commit block, so the data is on the device before the commit block that
 //! references it; in data=writeback it does not wait.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::io;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
@@ -96,11 +98,14 @@ impl Journal {
     /// Writes the transaction to the log; returns the blocks it logged.
     fn write_transaction(&self, log: &LogArea, f: &Frozen) -> io::Result<u64> {
         let bs = log.block_size;
-        let mut blocks: Vec<Vec<u8>> = Vec::new();
+        // The frozen copies go to the log as they are; only the rare block
+        // that must be escaped is copied again, so checkpoint still gets the
+        // unescaped bytes.
+        let mut blocks: Vec<Cow<'_, [u8]>> = Vec::new();
         let mut revokes = &f.t.revokes[..];
         while !revokes.is_empty() {
             let (b, n) = jbd::build_revoke(bs, f.tid, revokes).map_err(to_io)?;
-            blocks.push(b);
+            blocks.push(Cow::Owned(b));
             revokes = &revokes[n.max(1).min(revokes.len())..];
         }
         let mut rest = &f.copies[..];
@@ -114,14 +119,8 @@ impl Journal {
                 .collect();
             let (desc, n) = jbd::build_descriptor(bs, f.tid, &log.uuid, &tags).map_err(to_io)?;
             let n = n.max(1).min(rest.len());
-            blocks.push(desc);
-            for (_, data) in &rest[..n] {
-                let mut copy = data.clone();
-                if jbd::needs_escape(&copy) {
-                    jbd::escape(&mut copy);
-                }
-                blocks.push(copy);
-            }
+            blocks.push(Cow::Owned(desc));
+            blocks.extend(rest[..n].iter().map(|(_, data)| escaped(data)));
             rest = &rest[n..];
         }
         self.make_room(log, blocks.len() as u32 + 1)?;
@@ -149,7 +148,7 @@ impl Journal {
 
     /// Writes `blocks` at journal block `at` onwards, one device write per
     /// run of contiguous disk blocks.
-    fn write_log(&self, log: &LogArea, at: u32, blocks: &[Vec<u8>]) -> io::Result<()> {
+    fn write_log<B: AsRef<[u8]>>(&self, log: &LogArea, at: u32, blocks: &[B]) -> io::Result<()> {
         let bs = log.block_size as u64;
         let mut i = 0;
         while i < blocks.len() {
@@ -160,7 +159,7 @@ impl Journal {
             }
             let slices: Vec<io::IoSlice<'_>> = blocks[i..i + n]
                 .iter()
-                .map(|b| io::IoSlice::new(b))
+                .map(|b| io::IoSlice::new(b.as_ref()))
                 .collect();
             self.dev.write_vectored_at(&slices, first as u64 * bs)?;
             i += n;
@@ -176,26 +175,36 @@ impl Journal {
         }
     }
 
-    /// Hands the committed copies to checkpoint and wakes the waiters.
+    /// Hands the committed buffers to checkpoint and wakes the waiters. A
+    /// frozen copy is kept only for a buffer the running transaction has
+    /// joined or freed (it may change before checkpoint); the others are freed here,
+    /// and checkpoint writes those buffers' own, committed, bytes.
     fn finish_commit(&self, f: Frozen, logged: u64, started: Instant) {
         let mut st = self.state.lock();
+        // A buffer the running transaction joined and then freed may have
+        // changed as well: it keeps its copy too.
+        let revoked: HashSet<u32> = st.running.revokes.iter().copied().collect();
+        let mut replaced = Vec::new();
         for ((block, copy), buf) in f.copies.into_iter().zip(f.t.buffers) {
-            if let Some(old) = st.checkpoint.insert(block, Checkpointed { buf, copy }) {
-                old.buf.unpin();
-            }
+            let touched = st.running.members.contains(&block) || revoked.contains(&block);
+            let copy = touched.then_some(copy);
+            replaced.extend(st.file_checkpoint(block, Checkpointed { buf, copy }));
         }
         // The frees of this transaction are durable now: the old owners'
         // copies must never be checkpointed over a new owner.
         let forgotten: Vec<_> =
             f.t.revokes
                 .iter()
-                .filter_map(|b| st.checkpoint.remove(b))
+                .filter_map(|b| st.unfile_checkpoint(*b))
                 .collect();
         st.committing.clear();
         st.committed = st.committed.max(f.tid);
         drop(st);
+        for old in replaced {
+            self.cache.unpin(&old.buf);
+        }
         for c in forgotten {
-            c.buf.unpin();
+            self.cache.unpin(&c.buf);
             self.cache.forget(c.buf.block());
         }
         {
@@ -277,4 +286,15 @@ impl Journal {
             .spawn(move || Journal::run_commit_thread(weak, interval))?;
         Ok(())
     }
+}
+
+/// A logged block as the log must hold it: escaped when it begins with the
+/// JBD magic (a copy), else the frozen copy itself.
+fn escaped(data: &[u8]) -> Cow<'_, [u8]> {
+    if !jbd::needs_escape(data) {
+        return Cow::Borrowed(data);
+    }
+    let mut copy = data.to_vec();
+    jbd::escape(&mut copy);
+    Cow::Owned(copy)
 }
