@@ -10,7 +10,14 @@ use parking_lot::{
     RwLockWriteGuard,
 };
 
+use super::pool::BlockPool;
 use crate::format::BlockNo;
+
+/// State shared by every buffer of one cache.
+pub(super) struct Shared {
+    pub pinned: AtomicUsize,
+    pub pool: BlockPool,
+}
 
 /// Shared access to a buffer's bytes.
 pub type BufferReadGuard<'a> = MappedRwLockReadGuard<'a, [u8]>;
@@ -32,9 +39,10 @@ pub struct Buffer {
     state: AtomicU64,
     uptodate: AtomicBool,
     pins: AtomicU32,
-    /// The cache's count of pinned buffers, kept here so that every pin and
-    /// unpin, whoever makes it, keeps the count exact.
-    pinned_total: Arc<AtomicUsize>,
+    /// What the buffers of one cache share: the count of pinned buffers
+    /// (kept by the buffers, so that every pin and unpin, whoever makes it,
+    /// keeps it exact) and the pool the bytes come from and go back to.
+    shared: Arc<Shared>,
     /// Held across this buffer's own device write, so that two writebacks of
     /// one buffer cannot land out of order, and so that `pin` can wait out a
     /// write that began before the pin.
@@ -42,19 +50,14 @@ pub struct Buffer {
 }
 
 impl Buffer {
-    pub(super) fn new(
-        block: BlockNo,
-        size: usize,
-        uptodate: bool,
-        pinned_total: Arc<AtomicUsize>,
-    ) -> Self {
+    pub(super) fn new(block: BlockNo, uptodate: bool, shared: Arc<Shared>) -> Self {
         Buffer {
             block,
-            data: RwLock::new(vec![0; size].into_boxed_slice()),
+            data: RwLock::new(shared.pool.zeroed()),
             state: AtomicU64::new(0),
             uptodate: AtomicBool::new(uptodate),
             pins: AtomicU32::new(0),
-            pinned_total,
+            shared,
             writeback: Mutex::new(()),
         }
     }
@@ -107,7 +110,7 @@ impl Buffer {
     pub fn pin(&self) {
         let _in_flight = self.writeback.lock();
         if self.pins.fetch_add(1, Ordering::AcqRel) == 0 {
-            self.pinned_total.fetch_add(1, Ordering::AcqRel);
+            self.shared.pinned.fetch_add(1, Ordering::AcqRel);
         }
     }
 
@@ -119,7 +122,7 @@ impl Buffer {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| p.checked_sub(1));
         match r {
             Ok(1) => {
-                self.pinned_total.fetch_sub(1, Ordering::AcqRel);
+                self.shared.pinned.fetch_sub(1, Ordering::AcqRel);
             }
             Ok(_) => {}
             Err(_) => tracing::warn!(block = self.block.0, "unpin of an unpinned buffer"),
@@ -201,6 +204,13 @@ impl Buffer {
         } else {
             self.writeback.try_lock()
         }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        let data = std::mem::take(self.data.get_mut());
+        self.shared.pool.put(data);
     }
 }
 

@@ -33,6 +33,7 @@
 //! they were asked for, so they may be called while holding guards.
 
 mod buffer;
+mod pool;
 mod shard;
 mod writeback;
 
@@ -46,6 +47,7 @@ use std::sync::Arc;
 use parking_lot::Mutex;
 
 pub use buffer::{Buffer, BufferReadGuard, BufferWriteGuard};
+use pool::BlockPool;
 use shard::Shard;
 
 use crate::device::BlockDevice;
@@ -113,8 +115,9 @@ pub struct BufferCache {
     shards: Box<[PaddedShard]>,
     reads: AtomicU64,
     writes: AtomicU64,
-    /// Buffers pinned right now (kept by the buffers themselves).
-    pinned: Arc<AtomicUsize>,
+    /// Pinned buffers (counted by the buffers themselves) and the pool
+    /// their bytes come from.
+    shared: Arc<buffer::Shared>,
     /// Buffers cached right now, and the most there ever were after an
     /// insert had evicted what it could: what the cache really held, pinned
     /// buffers included.
@@ -143,7 +146,10 @@ impl BufferCache {
             shards,
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
-            pinned: Arc::new(AtomicUsize::new(0)),
+            shared: Arc::new(buffer::Shared {
+                pinned: AtomicUsize::new(0),
+                pool: BlockPool::new(block_size, pool_blocks(cap_blocks)),
+            }),
             resident: AtomicUsize::new(0),
             peak: AtomicUsize::new(0),
         }
@@ -157,7 +163,7 @@ impl BufferCache {
     /// Bytes of pinned buffers: journaled blocks the cache can neither
     /// evict nor write home until the journal lets go of them.
     pub fn pinned_bytes(&self) -> usize {
-        self.pinned.load(Ordering::Acquire) * self.block_size
+        self.shared.pinned.load(Ordering::Acquire) * self.block_size
     }
 
     /// The most bytes the cache has held at once, pinned buffers included.
@@ -173,6 +179,17 @@ impl BufferCache {
         if !buf.is_pinned() {
             self.shard(buf.block()).lock().unpark(buf.block());
         }
+    }
+
+    /// A copy of `src`, one block, in memory recycled with the buffers' own
+    /// (the journal's frozen copies). Give it back with [`Self::recycle`].
+    pub fn block_copy(&self, src: &[u8]) -> Box<[u8]> {
+        self.shared.pool.copy_of(src)
+    }
+
+    /// Takes back a block from [`Self::block_copy`] for reuse.
+    pub fn recycle(&self, block: Box<[u8]>) {
+        self.shared.pool.put(block);
     }
 
     /// Counts buffers that left the cache.
@@ -363,12 +380,8 @@ impl BufferCache {
             };
         }
         count_access(shard, access, false);
-        let buf = Arc::new(Buffer::new(
-            block,
-            self.block_size,
-            access == Access::New,
-            Arc::clone(&self.pinned),
-        ));
+        let new = access == Access::New;
+        let buf = Arc::new(Buffer::new(block, new, Arc::clone(&self.shared)));
         shard.insert(Arc::clone(&buf));
         shard.evict_clean(victims);
         self.note_insert(victims.len());
@@ -493,6 +506,14 @@ impl BufferCache {
         // Cannot overflow: the block was range-checked against the device.
         u64::from(block.0).saturating_mul(self.block_size as u64)
     }
+}
+
+/// Idle blocks the pool keeps: enough to carry one commit's frozen copies
+/// over to the next (data=journal lets them take the data queue's share of
+/// cache_size, an eighth, which is a seventh of what the cache gets), so
+/// that they need not go back to malloc.
+fn pool_blocks(cap_blocks: usize) -> usize {
+    cap_blocks / 7 + 64
 }
 
 fn count_access(shard: &mut Shard, access: Access, hit: bool) {

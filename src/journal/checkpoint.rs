@@ -52,9 +52,9 @@ impl Journal {
         if let Err(e) = self.write_home(log, &entries, &guards) {
             // Put them back, copied (the guards go now): they are still
             // only in the log.
-            let copies: Vec<Option<Vec<u8>>> = guards
+            let copies: Vec<Option<Box<[u8]>>> = guards
                 .iter()
-                .map(|g| g.as_ref().map(|g| g.to_vec()))
+                .map(|g| g.as_ref().map(|g| self.cache.block_copy(g)))
                 .collect();
             drop(guards);
             let mut st = self.state.lock();
@@ -75,7 +75,7 @@ impl Journal {
             st.log_empty = true;
         }
         for (_, c) in entries {
-            self.cache.unpin(&c.buf);
+            self.release_checkpointed(c);
         }
         Ok(())
     }

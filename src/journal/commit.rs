@@ -22,7 +22,7 @@ struct Frozen {
     tid: u32,
     /// How long the transaction ran before commit locked it.
     ran: Duration,
-    copies: Vec<(u32, Vec<u8>)>,
+    copies: Vec<(u32, Box<[u8]>)>,
     t: Transaction,
 }
 
@@ -78,10 +78,10 @@ impl Journal {
         let next = Transaction::new(st.running.tid + 1);
         let t = std::mem::replace(&mut st.running, next);
         let ran = t.started.elapsed();
-        let copies: Vec<(u32, Vec<u8>)> = t
+        let copies: Vec<(u32, Box<[u8]>)> = t
             .buffers
             .iter()
-            .map(|b| (b.block().0, b.read().to_vec()))
+            .map(|b| (b.block().0, self.cache.block_copy(&b.read())))
             .collect();
         st.committing = t.members.clone();
         st.locked = false;
@@ -185,9 +185,14 @@ impl Journal {
         // changed as well: it keeps its copy too.
         let revoked: HashSet<u32> = st.running.revokes.iter().copied().collect();
         let mut replaced = Vec::new();
+        let mut unneeded = Vec::new();
         for ((block, copy), buf) in f.copies.into_iter().zip(f.t.buffers) {
-            let touched = st.running.members.contains(&block) || revoked.contains(&block);
-            let copy = touched.then_some(copy);
+            let copy = if st.running.members.contains(&block) || revoked.contains(&block) {
+                Some(copy)
+            } else {
+                unneeded.push(copy);
+                None
+            };
             replaced.extend(st.file_checkpoint(block, Checkpointed { buf, copy }));
         }
         // The frees of this transaction are durable now: the old owners'
@@ -200,12 +205,16 @@ impl Journal {
         st.committing.clear();
         st.committed = st.committed.max(f.tid);
         drop(st);
+        for copy in unneeded {
+            self.cache.recycle(copy);
+        }
         for old in replaced {
-            self.cache.unpin(&old.buf);
+            self.release_checkpointed(old);
         }
         for c in forgotten {
-            self.cache.unpin(&c.buf);
-            self.cache.forget(c.buf.block());
+            let block = c.buf.block();
+            self.release_checkpointed(c);
+            self.cache.forget(block);
         }
         {
             let mut pending = self.pending_free.lock();

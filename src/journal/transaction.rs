@@ -79,7 +79,7 @@ impl Transaction {
 /// are the committed ones).
 pub(super) struct Checkpointed {
     pub buf: Arc<Buffer>,
-    pub copy: Option<Vec<u8>>,
+    pub copy: Option<Box<[u8]>>,
 }
 
 pub(super) struct JState {
@@ -439,13 +439,25 @@ impl Journal {
     /// only after this returns, and a checkpoint that takes the entry
     /// meanwhile reads the same, still committed, bytes.
     fn freeze_checkpointed(&self, buf: &Arc<Buffer>) {
-        let copy = buf.read().to_vec();
+        let copy = self.cache.block_copy(&buf.read());
         let mut st = self.state.lock();
         if let Some(c) = st.checkpoint.get_mut(&buf.block().0) {
             if c.copy.is_none() {
                 c.copy = Some(copy);
                 st.kept_copies += 1;
+                return;
             }
+        }
+        drop(st);
+        self.cache.recycle(copy);
+    }
+
+    /// Lets go of a buffer that left the checkpoint list: its pin, and its
+    /// copy back to the cache's pool.
+    pub(super) fn release_checkpointed(&self, c: Checkpointed) {
+        self.cache.unpin(&c.buf);
+        if let Some(copy) = c.copy {
+            self.cache.recycle(copy);
         }
     }
 }
