@@ -508,12 +508,14 @@ impl BufferCache {
     }
 }
 
-/// Idle blocks the pool keeps: enough to carry one commit's frozen copies
-/// over to the next (data=journal lets them take the data queue's share of
-/// cache_size, an eighth, which is a seventh of what the cache gets), so
-/// that they need not go back to malloc.
+/// Idle blocks the pool may keep: as many as the cache and one commit's
+/// frozen copies hold at most (data=journal gives the copies the data
+/// queue's share of cache_size, an eighth, a seventh of what the cache
+/// gets). Blocks that went back to malloc would come back later from some
+/// other thread's arena while the first one kept them, so the pool keeps
+/// them; it never holds more than the peak of what was in use.
 fn pool_blocks(cap_blocks: usize) -> usize {
-    cap_blocks / 7 + 64
+    cap_blocks + cap_blocks / 7 + 64
 }
 
 fn count_access(shard: &mut Shard, access: Access, hit: bool) {

@@ -6,7 +6,8 @@
 //! malloc arena per thread and a freed block goes back to the arena it came
 //! from, so each thread's arena grew to the peak on its own and the daemon
 //! held several times cache_size. Reusing the blocks here keeps them in one
-//! place; the pool itself holds at most `max` idle blocks.
+//! place; the pool holds at most `max` idle blocks, and only blocks that
+//! were in use at once, so it never holds more than that peak.
 
 use parking_lot::Mutex;
 

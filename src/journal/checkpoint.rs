@@ -160,14 +160,32 @@ impl Journal {
             (st.running.buffers.len() * bs, st.kept_copies * bs)
         };
         let copies = self.copy_budget();
-        if self.cache.pinned_bytes() + need > self.pin_budget() || kept > copies / 2 {
+        let pinned = self.cache.pinned_bytes() + need;
+        let pins = self.pin_budget();
+        if pinned > pins || kept > copies / 2 {
             self.commit_running()?;
             return self.checkpoint_all();
         }
         if running + need > copies {
             return self.commit_running();
         }
+        // Halfway to a limit: the commit thread starts on it now, so that
+        // the writer seldom reaches the limit and waits.
+        let checkpoint = pinned > pins / 2;
+        if checkpoint || running + need > copies / 2 {
+            self.request_room(checkpoint);
+        }
         Ok(())
+    }
+
+    /// Asks the commit thread to commit and, with `checkpoint`, to
+    /// checkpoint after it, without waiting for either.
+    fn request_room(&self, checkpoint: bool) {
+        let mut st = self.state.lock();
+        st.commit_request = st.commit_request.max(st.running.tid);
+        st.checkpoint_request |= checkpoint;
+        drop(st);
+        self.commit_wake.notify_one();
     }
 
     /// Pinned buffers may fill half the cache; the other half keeps the

@@ -243,13 +243,15 @@ impl Journal {
         self.abort_new_handles();
     }
 
-    /// The commit thread: commits on request, and every commit interval.
+    /// The commit thread: commits on request and every commit interval, and
+    /// checkpoints when a data=journal writer asks it to (make_room_for_pins).
     pub(super) fn run_commit_thread(journal: Weak<Journal>, interval: Duration) {
         loop {
             let Some(j) = journal.upgrade() else { return };
-            let due = {
+            let (due, checkpoint) = {
                 let mut st = j.state.lock();
-                if st.commit_request <= st.committed && !st.shutdown {
+                let idle = st.commit_request <= st.committed && !st.checkpoint_request;
+                if idle && !st.shutdown {
                     j.commit_wake
                         .wait_for(&mut st, interval.min(Duration::from_millis(500)));
                 }
@@ -258,10 +260,13 @@ impl Journal {
                 }
                 let requested = st.commit_request > st.committed;
                 let old = st.running.started.elapsed() >= interval && !st.running.is_empty();
-                requested || old
+                (requested || old, std::mem::take(&mut st.checkpoint_request))
             };
             if due {
                 let _ = j.commit_if_due(interval);
+            }
+            if checkpoint {
+                let _ = j.checkpoint_all();
             }
             drop(j);
         }

@@ -89,6 +89,8 @@ pub(super) struct JState {
     /// Blocks of the committing transaction.
     pub committing: HashSet<u32>,
     pub commit_request: u32,
+    /// A data=journal writer wants the commit thread to checkpoint.
+    pub checkpoint_request: bool,
     pub committed: u32,
     /// The next free journal block, and whether the log holds nothing.
     pub head: u32,
@@ -183,6 +185,7 @@ impl Journal {
                 locked: false,
                 committing: HashSet::new(),
                 commit_request: 0,
+                checkpoint_request: false,
                 committed: 0,
                 head: 0,
                 log_empty: true,
