@@ -8,6 +8,7 @@
 use std::io;
 use std::sync::atomic::Ordering;
 
+use super::parallel::{write_runs, Run};
 use super::transaction::{Checkpointed, Journal, LogArea};
 use crate::cache::BufferReadGuard;
 use crate::format::jbd::{self, JournalSuperblock};
@@ -96,19 +97,20 @@ impl Journal {
                 (None, None) => &[],
             }
         };
+        let mut runs = Vec::new();
         let mut i = 0;
         while i < entries.len() {
             let mut n = 1;
             while i + n < entries.len() && entries[i + n].0 == entries[i].0 + n as u32 {
                 n += 1;
             }
-            let slices: Vec<io::IoSlice<'_>> =
-                (i..i + n).map(|k| io::IoSlice::new(bytes(k))).collect();
-            self.dev
-                .write_vectored_at(&slices, entries[i].0 as u64 * bs)?;
+            runs.push(Run {
+                at: entries[i].0 as u64 * bs,
+                blocks: (i..i + n).map(bytes).collect(),
+            });
             i += n;
         }
-        Ok(())
+        write_runs(&*self.dev, runs)
     }
 
     /// Checkpoints everything committed so far.

@@ -14,6 +14,7 @@ use std::io;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use super::parallel::{write_runs, Run};
 use super::transaction::{Checkpointed, Journal, LogArea, Transaction};
 use crate::format::jbd::{self, CommitBlock, LoggedBlock};
 
@@ -150,6 +151,7 @@ impl Journal {
     /// run of contiguous disk blocks.
     fn write_log<B: AsRef<[u8]>>(&self, log: &LogArea, at: u32, blocks: &[B]) -> io::Result<()> {
         let bs = log.block_size as u64;
+        let mut runs = Vec::new();
         let mut i = 0;
         while i < blocks.len() {
             let first = log.map[(at as usize) + i];
@@ -157,14 +159,13 @@ impl Journal {
             while i + n < blocks.len() && log.map[(at as usize) + i + n] == first + n as u32 {
                 n += 1;
             }
-            let slices: Vec<io::IoSlice<'_>> = blocks[i..i + n]
-                .iter()
-                .map(|b| io::IoSlice::new(b.as_ref()))
-                .collect();
-            self.dev.write_vectored_at(&slices, first as u64 * bs)?;
+            runs.push(Run {
+                at: first as u64 * bs,
+                blocks: blocks[i..i + n].iter().map(|b| b.as_ref()).collect(),
+            });
             i += n;
         }
-        Ok(())
+        write_runs(&*self.dev, runs)
     }
 
     pub(super) fn barrier(&self, log: &LogArea) -> io::Result<()> {
