@@ -318,6 +318,11 @@ impl Filesystem {
         &self.cache
     }
 
+    /// The journal (tests drive checkpoints through it).
+    pub fn journal(&self) -> &Arc<Journal> {
+        &self.journal
+    }
+
     /// The journal's statistics (/proc/fs/jbd2/*/info format).
     pub fn journal_stats(&self) -> String {
         self.journal.stats()
