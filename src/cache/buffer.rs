@@ -161,6 +161,12 @@ impl Buffer {
         &self,
         fill: impl FnOnce(&mut [u8]) -> io::Result<()>,
     ) -> io::Result<()> {
+        // Checked first without the lock as well: an uptodate buffer never
+        // queues a writer on its lock, which checkpoint relies on when it
+        // read-locks committed buffers under the journal's state lock.
+        if self.is_uptodate() {
+            return Ok(());
+        }
         let mut data = self.data.write();
         if self.is_uptodate() {
             return Ok(());

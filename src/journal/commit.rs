@@ -178,8 +178,9 @@ impl Journal {
 
     /// Hands the committed buffers to checkpoint and wakes the waiters. A
     /// frozen copy is kept only for a buffer the running transaction has
-    /// joined or freed (it may change before checkpoint); the others are freed here,
-    /// and checkpoint writes those buffers' own, committed, bytes.
+    /// joined or freed (it may change before checkpoint); the other copies
+    /// go back to the pool, and checkpoint writes those buffers' own,
+    /// committed, bytes.
     fn finish_commit(&self, f: Frozen, logged: u64, started: Instant) {
         let mut st = self.state.lock();
         // A buffer the running transaction joined and then freed may have
