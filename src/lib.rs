@@ -22,7 +22,15 @@
 //!    inode and waiting to start a handle).
 //! 3. Journal: a handle's transaction (`Journal::state`, briefly), the
 //!    commit lock (`Journal::commit_lock`, held by commit and checkpoint
-//!    across log I/O), `Journal::pending_free` (a leaf).
+//!    across log I/O), `Journal::pending_free` (a leaf). Checkpoint takes
+//!    read guards of committed buffers under `Journal::state` (rule 6 below
+//!    comes after it); nobody waits for the state lock holding the write
+//!    guard of a buffer outside the running transaction, and nobody queues
+//!    for the write guard of an uptodate buffer outside it (the cache's
+//!    read-in paths check uptodate before locking). A data=journal
+//!    writer that must make room (`Journal::make_room_for_pins`) commits and
+//!    checkpoints holding its inode lock but no handle, which is safe
+//!    because no handle ever waits for an inode lock.
 //! 4. `Filesystem::orphans`, then `Filesystem::sb`. Each is held only to
 //!    change its fields and, while still held, copy them into a buffer the
 //!    handle has already joined (an orphan's inode slot, the superblock), so

@@ -2,14 +2,22 @@
 //! per-buffer locks that order I/O on it.
 
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 use parking_lot::{
     MappedRwLockReadGuard, MappedRwLockWriteGuard, Mutex, MutexGuard, RwLock, RwLockReadGuard,
     RwLockWriteGuard,
 };
 
+use super::pool::BlockPool;
 use crate::format::BlockNo;
+
+/// State shared by every buffer of one cache.
+pub(super) struct Shared {
+    pub pinned: AtomicUsize,
+    pub pool: BlockPool,
+}
 
 /// Shared access to a buffer's bytes.
 pub type BufferReadGuard<'a> = MappedRwLockReadGuard<'a, [u8]>;
@@ -31,6 +39,10 @@ pub struct Buffer {
     state: AtomicU64,
     uptodate: AtomicBool,
     pins: AtomicU32,
+    /// What the buffers of one cache share: the count of pinned buffers
+    /// (kept by the buffers, so that every pin and unpin, whoever makes it,
+    /// keeps it exact) and the pool the bytes come from and go back to.
+    shared: Arc<Shared>,
     /// Held across this buffer's own device write, so that two writebacks of
     /// one buffer cannot land out of order, and so that `pin` can wait out a
     /// write that began before the pin.
@@ -38,13 +50,14 @@ pub struct Buffer {
 }
 
 impl Buffer {
-    pub(super) fn new(block: BlockNo, size: usize, uptodate: bool) -> Self {
+    pub(super) fn new(block: BlockNo, uptodate: bool, shared: Arc<Shared>) -> Self {
         Buffer {
             block,
-            data: RwLock::new(vec![0; size].into_boxed_slice()),
+            data: RwLock::new(shared.pool.zeroed()),
             state: AtomicU64::new(0),
             uptodate: AtomicBool::new(uptodate),
             pins: AtomicU32::new(0),
+            shared,
             writeback: Mutex::new(()),
         }
     }
@@ -96,7 +109,9 @@ impl Buffer {
     /// that no stale write can land after the journal's own.
     pub fn pin(&self) {
         let _in_flight = self.writeback.lock();
-        self.pins.fetch_add(1, Ordering::AcqRel);
+        if self.pins.fetch_add(1, Ordering::AcqRel) == 0 {
+            self.shared.pinned.fetch_add(1, Ordering::AcqRel);
+        }
     }
 
     /// Undoes one [`Buffer::pin`]. An unpin without a pin is ignored (and
@@ -105,8 +120,12 @@ impl Buffer {
         let r = self
             .pins
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |p| p.checked_sub(1));
-        if r.is_err() {
-            tracing::warn!(block = self.block.0, "unpin of an unpinned buffer");
+        match r {
+            Ok(1) => {
+                self.shared.pinned.fetch_sub(1, Ordering::AcqRel);
+            }
+            Ok(_) => {}
+            Err(_) => tracing::warn!(block = self.block.0, "unpin of an unpinned buffer"),
         }
     }
 
@@ -142,6 +161,12 @@ impl Buffer {
         &self,
         fill: impl FnOnce(&mut [u8]) -> io::Result<()>,
     ) -> io::Result<()> {
+        // Checked first without the lock as well: an uptodate buffer never
+        // queues a writer on its lock, which checkpoint relies on when it
+        // read-locks committed buffers under the journal's state lock.
+        if self.is_uptodate() {
+            return Ok(());
+        }
         let mut data = self.data.write();
         if self.is_uptodate() {
             return Ok(());
@@ -185,6 +210,13 @@ impl Buffer {
         } else {
             self.writeback.try_lock()
         }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        let data = std::mem::take(self.data.get_mut());
+        self.shared.pool.put(data);
     }
 }
 

@@ -33,6 +33,7 @@
 //! they were asked for, so they may be called while holding guards.
 
 mod buffer;
+mod pool;
 mod shard;
 mod writeback;
 
@@ -40,12 +41,13 @@ mod writeback;
 mod tests;
 
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use parking_lot::Mutex;
 
 pub use buffer::{Buffer, BufferReadGuard, BufferWriteGuard};
+use pool::BlockPool;
 use shard::Shard;
 
 use crate::device::BlockDevice;
@@ -113,6 +115,14 @@ pub struct BufferCache {
     shards: Box<[PaddedShard]>,
     reads: AtomicU64,
     writes: AtomicU64,
+    /// Pinned buffers (counted by the buffers themselves) and the pool
+    /// their bytes come from.
+    shared: Arc<buffer::Shared>,
+    /// Buffers cached right now, and the most there ever were after an
+    /// insert had evicted what it could: what the cache really held, pinned
+    /// buffers included.
+    resident: AtomicUsize,
+    peak: AtomicUsize,
 }
 
 impl BufferCache {
@@ -136,6 +146,56 @@ impl BufferCache {
             shards,
             reads: AtomicU64::new(0),
             writes: AtomicU64::new(0),
+            shared: Arc::new(buffer::Shared {
+                pinned: AtomicUsize::new(0),
+                pool: BlockPool::new(block_size, pool_blocks(cap_blocks)),
+            }),
+            resident: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+        }
+    }
+
+    /// The memory budget the cache was given.
+    pub fn capacity_bytes(&self) -> usize {
+        self.capacity_bytes
+    }
+
+    /// Bytes of pinned buffers: journaled blocks the cache can neither
+    /// evict nor write home until the journal lets go of them.
+    pub fn pinned_bytes(&self) -> usize {
+        self.shared.pinned.load(Ordering::Acquire) * self.block_size
+    }
+
+    /// The most bytes the cache has held at once, pinned buffers included.
+    pub fn peak_cached_bytes(&self) -> usize {
+        self.peak.load(Ordering::Relaxed) * self.block_size
+    }
+
+    /// Undoes one [`Buffer::pin`] and, once the buffer is no longer pinned,
+    /// puts it back where eviction can see it. The journal unpins this way;
+    /// a bare [`Buffer::unpin`] leaves it parked until [`Self::shrink`].
+    pub fn unpin(&self, buf: &Buffer) {
+        buf.unpin();
+        if !buf.is_pinned() {
+            self.shard(buf.block()).lock().unpark(buf.block());
+        }
+    }
+
+    /// A copy of `src`, one block, in memory recycled with the buffers' own
+    /// (the journal's frozen copies). Give it back with [`Self::recycle`].
+    pub fn block_copy(&self, src: &[u8]) -> Box<[u8]> {
+        self.shared.pool.copy_of(src)
+    }
+
+    /// Takes back a block from [`Self::block_copy`] for reuse.
+    pub fn recycle(&self, block: Box<[u8]>) {
+        self.shared.pool.put(block);
+    }
+
+    /// Counts buffers that left the cache.
+    fn released(&self, n: usize) {
+        if n > 0 {
+            self.resident.fetch_sub(n, Ordering::Relaxed);
         }
     }
 
@@ -235,6 +295,7 @@ impl BufferCache {
             }
         };
         if let Some(b) = removed {
+            self.released(1);
             b.clear_dirty();
         }
     }
@@ -244,6 +305,7 @@ impl BufferCache {
     pub fn invalidate_all(&self) {
         for s in self.shards.iter() {
             let dropped = s.0.lock().remove_where(shard::evictable);
+            self.released(dropped.len());
             drop(dropped);
         }
     }
@@ -318,9 +380,11 @@ impl BufferCache {
             };
         }
         count_access(shard, access, false);
-        let buf = Arc::new(Buffer::new(block, self.block_size, access == Access::New));
+        let new = access == Access::New;
+        let buf = Arc::new(Buffer::new(block, new, Arc::clone(&self.shared)));
         shard.insert(Arc::clone(&buf));
         shard.evict_clean(victims);
+        self.note_insert(victims.len());
         let writeback = if shard.over_budget() {
             shard.dirty_candidates(EVICT_WRITEBACK_BATCH)
         } else {
@@ -331,6 +395,14 @@ impl BufferCache {
             found: false,
             writeback,
         }
+    }
+
+    /// Counts one buffer in and `evicted` out, and keeps the high-water mark.
+    fn note_insert(&self, evicted: usize) {
+        let now = self.resident.fetch_add(1, Ordering::Relaxed) + 1;
+        let now = now.saturating_sub(evicted);
+        self.resident.fetch_sub(evicted, Ordering::Relaxed);
+        self.peak.fetch_max(now, Ordering::Relaxed);
     }
 
     /// Writes back dirty eviction candidates of `block`'s shard (skipping any
@@ -348,6 +420,7 @@ impl BufferCache {
         }
         let mut victims = Vec::new();
         shard.lock().evict_clean(&mut victims);
+        self.released(victims.len());
         drop(victims);
     }
 
@@ -359,6 +432,7 @@ impl BufferCache {
             let mut victims = Vec::new();
             let candidates = {
                 let mut shard = s.0.lock();
+                shard.unpark_all();
                 shard.evict_clean(&mut victims);
                 if shard.over_budget() {
                     shard.dirty_candidates(usize::MAX)
@@ -366,6 +440,7 @@ impl BufferCache {
                     Vec::new()
                 }
             };
+            self.released(victims.len());
             drop(victims);
             if !candidates.is_empty() {
                 self.relieve_shard(&s.0, candidates);
@@ -431,6 +506,16 @@ impl BufferCache {
         // Cannot overflow: the block was range-checked against the device.
         u64::from(block.0).saturating_mul(self.block_size as u64)
     }
+}
+
+/// Idle blocks the pool may keep: as many as the cache and one commit's
+/// frozen copies hold at most (data=journal gives the copies the data
+/// queue's share of cache_size, an eighth, a seventh of what the cache
+/// gets). Blocks that went back to malloc would come back later from some
+/// other thread's arena while the first one kept them, so the pool keeps
+/// them; it never holds more than the peak of what was in use.
+fn pool_blocks(cap_blocks: usize) -> usize {
+    cap_blocks + cap_blocks / 7 + 64
 }
 
 fn count_access(shard: &mut Shard, access: Access, hit: bool) {

@@ -297,10 +297,20 @@ impl Filesystem {
         };
         let mut written = 0;
         while written < data.len() {
-            if !self.data_journal {
+            let piece = &data[written..(written + chunk).min(data.len())];
+            if self.data_journal {
+                // Before the handle opens: making room may commit.
+                let room = self
+                    .journal
+                    .make_room_for_pins(self.write_credits(piece.len()));
+                match room {
+                    Err(_) if written > 0 => break,
+                    Err(e) => return Err(e.into()),
+                    Ok(()) => {}
+                }
+            } else {
                 self.data.throttle();
             }
-            let piece = &data[written..(written + chunk).min(data.len())];
             let at = offset + written as u64;
             match self.write_handle(ino, &mut st, at, piece, privileged) {
                 Ok(0) => break,

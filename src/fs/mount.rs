@@ -293,6 +293,11 @@ impl Filesystem {
             readahead: Default::default(),
         });
         fs.errors.attach_journal(&fs.journal);
+        if fs.data_journal {
+            // The data queue's share of cache_size goes unused in
+            // data=journal: the commits' frozen copies get it instead.
+            fs.journal.set_copy_budget(data_limit);
+        }
         fs.readahead.start(Arc::downgrade(&fs))?;
         if !read_only {
             if !fs.data_journal {
@@ -306,6 +311,16 @@ impl Filesystem {
             }
         }
         Ok(fs)
+    }
+
+    /// The buffer cache, for its memory figures (tests, statistics).
+    pub fn buffer_cache(&self) -> &Arc<BufferCache> {
+        &self.cache
+    }
+
+    /// The journal (tests drive checkpoints through it).
+    pub fn journal(&self) -> &Arc<Journal> {
+        &self.journal
     }
 
     /// The journal's statistics (/proc/fs/jbd2/*/info format).

@@ -1,10 +1,16 @@
-//! Checkpoint (Linux: fs/jbd2/checkpoint.c): write committed copies to
+//! Checkpoint (Linux: fs/jbd2/checkpoint.c): write committed buffers to
 //! their home blocks, flush, then mark the log empty in the journal
-//! superblock so its space can be reused.
+//! superblock so its space can be reused. Also the memory bound of
+//! data=journal: a writer about to pin more journaled buffers than the cache
+//! can hold first commits and checkpoints, as jbd does when the log is short
+//! of space.
 
 use std::io;
+use std::sync::atomic::Ordering;
 
-use super::transaction::{Journal, LogArea};
+use super::parallel::{write_runs, Run};
+use super::transaction::{Checkpointed, Journal, LogArea};
+use crate::cache::BufferReadGuard;
 use crate::format::jbd::{self, JournalSuperblock};
 
 impl Journal {
@@ -24,39 +30,42 @@ impl Journal {
         self.checkpoint_all_locked(log)
     }
 
-    /// Writes every committed copy home and empties the log. The caller
+    /// Writes every committed buffer home and empties the log. The caller
     /// holds the commit lock.
     pub(super) fn checkpoint_all_locked(&self, log: &LogArea) -> io::Result<()> {
         if self.is_aborted() {
             // The log stays as it is, for recovery to replay.
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
-        let mut entries: Vec<_> = self.state.lock().checkpoint.drain().collect();
+        let mut st = self.state.lock();
+        let mut entries: Vec<(u32, Checkpointed)> = st.checkpoint.drain().collect();
+        st.kept_copies = 0;
         entries.sort_by_key(|(b, _)| *b);
-        let bs = log.block_size as u64;
-        let mut i = 0;
-        while i < entries.len() {
-            let mut n = 1;
-            while i + n < entries.len() && entries[i + n].0 == entries[i].0 + n as u32 {
-                n += 1;
-            }
-            let slices: Vec<io::IoSlice<'_>> = entries[i..i + n]
+        // A buffer without a copy is in no running transaction and holds
+        // its committed bytes. Its read guard is taken before the state lock
+        // is let go: a handle that joins it from now on finds it off the
+        // list, keeps no copy, and waits for the guard before changing it.
+        let guards: Vec<Option<BufferReadGuard<'_>>> = entries
+            .iter()
+            .map(|(_, c)| c.copy.is_none().then(|| c.buf.read()))
+            .collect();
+        drop(st);
+        if let Err(e) = self.write_home(log, &entries, &guards) {
+            // Put them back, copied (the guards go now): they are still
+            // only in the log.
+            let copies: Vec<Option<Box<[u8]>>> = guards
                 .iter()
-                .map(|(_, c)| io::IoSlice::new(&c.copy))
+                .map(|g| g.as_ref().map(|g| self.cache.block_copy(g)))
                 .collect();
-            if let Err(e) = self
-                .dev
-                .write_vectored_at(&slices, entries[i].0 as u64 * bs)
-            {
-                // Put them back: they are still only in the log.
-                let mut st = self.state.lock();
-                for (b, c) in entries {
-                    st.checkpoint.insert(b, c);
-                }
-                return Err(e);
+            drop(guards);
+            let mut st = self.state.lock();
+            for ((b, mut c), copy) in entries.into_iter().zip(copies) {
+                c.copy = c.copy.or(copy);
+                st.file_checkpoint(b, c);
             }
-            i += n;
+            return Err(e);
         }
+        drop(guards);
         self.barrier(log)?;
         let next = self.state.lock().running.tid;
         self.write_journal_superblock(log, 0, next)?;
@@ -67,9 +76,41 @@ impl Journal {
             st.log_empty = true;
         }
         for (_, c) in entries {
-            c.buf.unpin();
+            self.release_checkpointed(c);
         }
         Ok(())
+    }
+
+    /// Writes the sorted `entries` home, one device write per run of
+    /// adjacent blocks, each block from its copy or else its read guard.
+    fn write_home(
+        &self,
+        log: &LogArea,
+        entries: &[(u32, Checkpointed)],
+        guards: &[Option<BufferReadGuard<'_>>],
+    ) -> io::Result<()> {
+        let bs = log.block_size as u64;
+        let bytes = |i: usize| -> &[u8] {
+            match (&entries[i].1.copy, &guards[i]) {
+                (Some(c), _) => c,
+                (None, Some(g)) => g,
+                (None, None) => &[],
+            }
+        };
+        let mut runs = Vec::new();
+        let mut i = 0;
+        while i < entries.len() {
+            let mut n = 1;
+            while i + n < entries.len() && entries[i + n].0 == entries[i].0 + n as u32 {
+                n += 1;
+            }
+            runs.push(Run {
+                at: entries[i].0 as u64 * bs,
+                blocks: (i..i + n).map(bytes).collect(),
+            });
+            i += n;
+        }
+        write_runs(&*self.dev, runs)
     }
 
     /// Checkpoints everything committed so far.
@@ -99,5 +140,74 @@ impl Journal {
         jsb.s_sequence = sequence;
         jsb.s_feature_incompat |= jbd::JBD2_FEATURE_INCOMPAT_REVOKE;
         self.dev.write_at(&jsb.to_bytes(), at)
+    }
+}
+
+impl Journal {
+    /// data=journal's memory bound, for a writer about to open a handle
+    /// that may pin `blocks` more buffers. Journaled buffers stay pinned in
+    /// the cache until checkpoint, and each commit holds a frozen copy of
+    /// its transaction, so when either would outgrow its share this commits
+    /// and, if need be, checkpoints first, and waits: jbd's answer to a log
+    /// short of space, applied to memory. The caller holds no handle (the
+    /// commit waits for open handles) and no lock a handle needs.
+    pub fn make_room_for_pins(&self, blocks: u32) -> io::Result<()> {
+        if !self.logging() {
+            return Ok(());
+        }
+        let bs = self.cache.block_size();
+        let need = blocks as usize * bs;
+        let (running, kept) = {
+            let st = self.state.lock();
+            (st.running.buffers.len() * bs, st.kept_copies * bs)
+        };
+        let copies = self.copy_budget();
+        let pinned = self.cache.pinned_bytes() + need;
+        let pins = self.pin_budget();
+        if pinned > pins || kept > copies / 2 {
+            self.commit_running()?;
+            return self.checkpoint_all();
+        }
+        if running + need > copies {
+            return self.commit_running();
+        }
+        // Halfway to a limit: the commit thread starts on it now, so that
+        // the writer seldom reaches the limit and waits.
+        let checkpoint = pinned > pins / 2;
+        if checkpoint || running + need > copies / 2 {
+            self.request_room(checkpoint);
+        }
+        Ok(())
+    }
+
+    /// Asks the commit thread to commit and, with `checkpoint`, to
+    /// checkpoint after it, without waiting for either.
+    fn request_room(&self, checkpoint: bool) {
+        let mut st = self.state.lock();
+        st.commit_request = st.commit_request.max(st.running.tid);
+        st.checkpoint_request |= checkpoint;
+        drop(st);
+        self.commit_wake.notify_one();
+    }
+
+    /// Pinned buffers may fill half the cache; the other half keeps the
+    /// metadata the writers need, and room for the shards' uneven shares.
+    fn pin_budget(&self) -> usize {
+        self.cache.capacity_bytes() / 2
+    }
+
+    /// Memory for frozen copies: a committing transaction's, and those
+    /// kept for checkpoint.
+    fn copy_budget(&self) -> usize {
+        match self.copy_budget.load(Ordering::Relaxed) {
+            0 => self.cache.capacity_bytes() / 8,
+            n => n,
+        }
+    }
+
+    /// Sets the memory for frozen copies (data=journal, at mount): the share
+    /// of cache_size that the data queue would use in the other modes.
+    pub fn set_copy_budget(&self, bytes: usize) {
+        self.copy_budget.store(bytes, Ordering::Relaxed);
     }
 }

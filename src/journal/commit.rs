@@ -8,10 +8,13 @@
 //! commit block, so the data is on the device before the commit block that
 //! references it; in data=writeback it does not wait.
 
+use std::borrow::Cow;
+use std::collections::HashSet;
 use std::io;
 use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use super::parallel::{write_runs, Run};
 use super::transaction::{Checkpointed, Journal, LogArea, Transaction};
 use crate::format::jbd::{self, CommitBlock, LoggedBlock};
 
@@ -20,7 +23,7 @@ struct Frozen {
     tid: u32,
     /// How long the transaction ran before commit locked it.
     ran: Duration,
-    copies: Vec<(u32, Vec<u8>)>,
+    copies: Vec<(u32, Box<[u8]>)>,
     t: Transaction,
 }
 
@@ -76,10 +79,10 @@ impl Journal {
         let next = Transaction::new(st.running.tid + 1);
         let t = std::mem::replace(&mut st.running, next);
         let ran = t.started.elapsed();
-        let copies: Vec<(u32, Vec<u8>)> = t
+        let copies: Vec<(u32, Box<[u8]>)> = t
             .buffers
             .iter()
-            .map(|b| (b.block().0, b.read().to_vec()))
+            .map(|b| (b.block().0, self.cache.block_copy(&b.read())))
             .collect();
         st.committing = t.members.clone();
         st.locked = false;
@@ -96,11 +99,14 @@ impl Journal {
     /// Writes the transaction to the log; returns the blocks it logged.
     fn write_transaction(&self, log: &LogArea, f: &Frozen) -> io::Result<u64> {
         let bs = log.block_size;
-        let mut blocks: Vec<Vec<u8>> = Vec::new();
+        // The frozen copies go to the log as they are; only the rare block
+        // that must be escaped is copied again, so checkpoint still gets the
+        // unescaped bytes.
+        let mut blocks: Vec<Cow<'_, [u8]>> = Vec::new();
         let mut revokes = &f.t.revokes[..];
         while !revokes.is_empty() {
             let (b, n) = jbd::build_revoke(bs, f.tid, revokes).map_err(to_io)?;
-            blocks.push(b);
+            blocks.push(Cow::Owned(b));
             revokes = &revokes[n.max(1).min(revokes.len())..];
         }
         let mut rest = &f.copies[..];
@@ -114,14 +120,8 @@ impl Journal {
                 .collect();
             let (desc, n) = jbd::build_descriptor(bs, f.tid, &log.uuid, &tags).map_err(to_io)?;
             let n = n.max(1).min(rest.len());
-            blocks.push(desc);
-            for (_, data) in &rest[..n] {
-                let mut copy = data.clone();
-                if jbd::needs_escape(&copy) {
-                    jbd::escape(&mut copy);
-                }
-                blocks.push(copy);
-            }
+            blocks.push(Cow::Owned(desc));
+            blocks.extend(rest[..n].iter().map(|(_, data)| escaped(data)));
             rest = &rest[n..];
         }
         self.make_room(log, blocks.len() as u32 + 1)?;
@@ -149,8 +149,9 @@ impl Journal {
 
     /// Writes `blocks` at journal block `at` onwards, one device write per
     /// run of contiguous disk blocks.
-    fn write_log(&self, log: &LogArea, at: u32, blocks: &[Vec<u8>]) -> io::Result<()> {
+    fn write_log<B: AsRef<[u8]>>(&self, log: &LogArea, at: u32, blocks: &[B]) -> io::Result<()> {
         let bs = log.block_size as u64;
+        let mut runs = Vec::new();
         let mut i = 0;
         while i < blocks.len() {
             let first = log.map[(at as usize) + i];
@@ -158,14 +159,13 @@ impl Journal {
             while i + n < blocks.len() && log.map[(at as usize) + i + n] == first + n as u32 {
                 n += 1;
             }
-            let slices: Vec<io::IoSlice<'_>> = blocks[i..i + n]
-                .iter()
-                .map(|b| io::IoSlice::new(b))
-                .collect();
-            self.dev.write_vectored_at(&slices, first as u64 * bs)?;
+            runs.push(Run {
+                at: first as u64 * bs,
+                blocks: blocks[i..i + n].iter().map(|b| b.as_ref()).collect(),
+            });
             i += n;
         }
-        Ok(())
+        write_runs(&*self.dev, runs)
     }
 
     pub(super) fn barrier(&self, log: &LogArea) -> io::Result<()> {
@@ -176,27 +176,47 @@ impl Journal {
         }
     }
 
-    /// Hands the committed copies to checkpoint and wakes the waiters.
+    /// Hands the committed buffers to checkpoint and wakes the waiters. A
+    /// frozen copy is kept only for a buffer the running transaction has
+    /// joined or freed (it may change before checkpoint); the other copies
+    /// go back to the pool, and checkpoint writes those buffers' own,
+    /// committed, bytes.
     fn finish_commit(&self, f: Frozen, logged: u64, started: Instant) {
         let mut st = self.state.lock();
+        // A buffer the running transaction joined and then freed may have
+        // changed as well: it keeps its copy too.
+        let revoked: HashSet<u32> = st.running.revokes.iter().copied().collect();
+        let mut replaced = Vec::new();
+        let mut unneeded = Vec::new();
         for ((block, copy), buf) in f.copies.into_iter().zip(f.t.buffers) {
-            if let Some(old) = st.checkpoint.insert(block, Checkpointed { buf, copy }) {
-                old.buf.unpin();
-            }
+            let copy = if st.running.members.contains(&block) || revoked.contains(&block) {
+                Some(copy)
+            } else {
+                unneeded.push(copy);
+                None
+            };
+            replaced.extend(st.file_checkpoint(block, Checkpointed { buf, copy }));
         }
         // The frees of this transaction are durable now: the old owners'
         // copies must never be checkpointed over a new owner.
         let forgotten: Vec<_> =
             f.t.revokes
                 .iter()
-                .filter_map(|b| st.checkpoint.remove(b))
+                .filter_map(|b| st.unfile_checkpoint(*b))
                 .collect();
         st.committing.clear();
         st.committed = st.committed.max(f.tid);
         drop(st);
+        for copy in unneeded {
+            self.cache.recycle(copy);
+        }
+        for old in replaced {
+            self.release_checkpointed(old);
+        }
         for c in forgotten {
-            c.buf.unpin();
-            self.cache.forget(c.buf.block());
+            let block = c.buf.block();
+            self.release_checkpointed(c);
+            self.cache.forget(block);
         }
         {
             let mut pending = self.pending_free.lock();
@@ -225,13 +245,15 @@ impl Journal {
         self.abort_new_handles();
     }
 
-    /// The commit thread: commits on request, and every commit interval.
+    /// The commit thread: commits on request and every commit interval, and
+    /// checkpoints when a data=journal writer asks it to (make_room_for_pins).
     pub(super) fn run_commit_thread(journal: Weak<Journal>, interval: Duration) {
         loop {
             let Some(j) = journal.upgrade() else { return };
-            let due = {
+            let (due, checkpoint) = {
                 let mut st = j.state.lock();
-                if st.commit_request <= st.committed && !st.shutdown {
+                let idle = st.commit_request <= st.committed && !st.checkpoint_request;
+                if idle && !st.shutdown {
                     j.commit_wake
                         .wait_for(&mut st, interval.min(Duration::from_millis(500)));
                 }
@@ -240,10 +262,13 @@ impl Journal {
                 }
                 let requested = st.commit_request > st.committed;
                 let old = st.running.started.elapsed() >= interval && !st.running.is_empty();
-                requested || old
+                (requested || old, std::mem::take(&mut st.checkpoint_request))
             };
             if due {
                 let _ = j.commit_if_due(interval);
+            }
+            if checkpoint {
+                let _ = j.checkpoint_all();
             }
             drop(j);
         }
@@ -277,4 +302,15 @@ impl Journal {
             .spawn(move || Journal::run_commit_thread(weak, interval))?;
         Ok(())
     }
+}
+
+/// A logged block as the log must hold it: escaped when it begins with the
+/// JBD magic (a copy), else the frozen copy itself.
+fn escaped(data: &[u8]) -> Cow<'_, [u8]> {
+    if !jbd::needs_escape(data) {
+        return Cow::Borrowed(data);
+    }
+    let mut copy = data.to_vec();
+    jbd::escape(&mut copy);
+    Cow::Owned(copy)
 }

@@ -6,12 +6,14 @@
 //! One file per phase, as in fs/jbd2: `transaction.rs` (handles and the
 //! running transaction), `commit.rs`, `checkpoint.rs`, `recovery.rs` with
 //! `revoke.rs` and `jmap.rs` (replay at mount), `batch.rs` (bdelay),
-//! `stats.rs`, and `enable` here, which starts logging at mount.
+//! `stats.rs`, `parallel.rs` (large log and home writes on two threads),
+//! and `enable` here, which starts logging at mount.
 
 pub mod batch;
 pub mod checkpoint;
 pub mod commit;
 pub mod jmap;
+mod parallel;
 pub mod recovery;
 pub mod revoke;
 pub mod stats;

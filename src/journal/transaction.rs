@@ -7,7 +7,10 @@
 //! home nor evicts it; only checkpoint writes it home, from the copy that
 //! committed. When commit starts it waits for the transaction's handles to
 //! stop and takes a frozen copy of every buffer while no handle runs, so the
-//! next transaction may change those buffers at once.
+//! next transaction may change those buffers at once. Once committed, a
+//! buffer no transaction has touched since waits for checkpoint without a
+//! copy (its bytes are the committed ones); a handle that joins it later
+//! copies it first, as jbd freezes a buffer that its checkpoint still needs.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -71,10 +74,12 @@ impl Transaction {
     }
 }
 
-/// A committed buffer not yet written home: the copy that committed.
+/// A committed buffer not yet written home, and the copy that committed if
+/// a later transaction has joined the buffer (else the buffer's own bytes
+/// are the committed ones).
 pub(super) struct Checkpointed {
     pub buf: Arc<Buffer>,
-    pub copy: Vec<u8>,
+    pub copy: Option<Box<[u8]>>,
 }
 
 pub(super) struct JState {
@@ -84,13 +89,35 @@ pub(super) struct JState {
     /// Blocks of the committing transaction.
     pub committing: HashSet<u32>,
     pub commit_request: u32,
+    /// A data=journal writer wants the commit thread to checkpoint.
+    pub checkpoint_request: bool,
     pub committed: u32,
     /// The next free journal block, and whether the log holds nothing.
     pub head: u32,
     pub log_empty: bool,
     pub checkpoint: HashMap<u32, Checkpointed>,
+    /// How many `checkpoint` entries hold a copy (memory beyond the cache).
+    pub kept_copies: usize,
     pub shutdown: bool,
     pub error: Option<String>,
+}
+
+impl JState {
+    /// Files a committed buffer for checkpoint, returning the entry it
+    /// replaces; keeps `kept_copies` in step.
+    pub fn file_checkpoint(&mut self, block: u32, c: Checkpointed) -> Option<Checkpointed> {
+        self.kept_copies += usize::from(c.copy.is_some());
+        let old = self.checkpoint.insert(block, c);
+        self.kept_copies -= old.as_ref().map_or(0, |o| usize::from(o.copy.is_some()));
+        old
+    }
+
+    /// Takes `block` off the checkpoint list.
+    pub fn unfile_checkpoint(&mut self, block: u32) -> Option<Checkpointed> {
+        let old = self.checkpoint.remove(&block);
+        self.kept_copies -= old.as_ref().map_or(0, |o| usize::from(o.copy.is_some()));
+        old
+    }
 }
 
 /// Counters shaped like /proc/fs/jbd2/*/info.
@@ -141,6 +168,8 @@ pub struct Journal {
     /// new handles get EROFS. Atomic so that an I/O error path holding
     /// cache locks can abort without taking the state lock.
     pub(super) aborted: std::sync::atomic::AtomicBool,
+    /// Bytes of frozen copies data=journal allows (0: an eighth of the cache).
+    pub(super) copy_budget: std::sync::atomic::AtomicUsize,
 }
 
 impl Journal {
@@ -156,10 +185,12 @@ impl Journal {
                 locked: false,
                 committing: HashSet::new(),
                 commit_request: 0,
+                checkpoint_request: false,
                 committed: 0,
                 head: 0,
                 log_empty: true,
                 checkpoint: HashMap::new(),
+                kept_copies: 0,
                 shutdown: false,
                 error: None,
             }),
@@ -175,6 +206,7 @@ impl Journal {
             sync_waiters: AtomicU64::new(0),
             flush_hook: OnceLock::new(),
             aborted: std::sync::atomic::AtomicBool::new(false),
+            copy_budget: std::sync::atomic::AtomicUsize::new(0),
         }
     }
 
@@ -333,7 +365,7 @@ impl Journal {
         if st.running.members.remove(&block) {
             if let Some(i) = st.running.buffers.iter().position(|b| b.block().0 == block) {
                 let b = st.running.buffers.swap_remove(i);
-                b.unpin();
+                self.cache.unpin(&b);
             }
         }
         // A committed copy waiting for checkpoint (or one committing now)
@@ -391,11 +423,45 @@ impl Journal {
         if st.running.members.insert(block) {
             st.running.buffers.push(buf.clone());
             *credits -= 1;
+            let unfrozen = st.checkpoint.get(&block).is_some_and(|c| c.copy.is_none());
+            drop(st);
+            if unfrozen {
+                self.freeze_checkpointed(buf);
+            }
         } else {
             drop(st);
-            buf.unpin();
+            self.cache.unpin(buf);
         }
         Ok(())
+    }
+
+    /// `buf` waits for checkpoint with no copy and has just joined the
+    /// running transaction, which will change it: keep its committed bytes
+    /// for checkpoint first (jbd's frozen data). The copy is taken outside
+    /// the state lock; that is safe because the caller changes the buffer
+    /// only after this returns, and a checkpoint that takes the entry
+    /// meanwhile reads the same, still committed, bytes.
+    fn freeze_checkpointed(&self, buf: &Arc<Buffer>) {
+        let copy = self.cache.block_copy(&buf.read());
+        let mut st = self.state.lock();
+        if let Some(c) = st.checkpoint.get_mut(&buf.block().0) {
+            if c.copy.is_none() {
+                c.copy = Some(copy);
+                st.kept_copies += 1;
+                return;
+            }
+        }
+        drop(st);
+        self.cache.recycle(copy);
+    }
+
+    /// Lets go of a buffer that left the checkpoint list: its pin, and its
+    /// copy back to the cache's pool.
+    pub(super) fn release_checkpointed(&self, c: Checkpointed) {
+        self.cache.unpin(&c.buf);
+        if let Some(copy) = c.copy {
+            self.cache.recycle(copy);
+        }
     }
 }
 
