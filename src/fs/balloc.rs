@@ -323,10 +323,11 @@ impl Filesystem {
 
     /// Allocates up to `count` data blocks for `ino` near `goal`, inside
     /// the file's reservation window, taking a new (larger) window when the
-    /// goal lies outside it. `blocks`, what the file has already, decides:
-    /// small files take no window (they stay packed, and thousands of small
-    /// files written at once cost no bookkeeping); large ones may move
-    /// away from another file's window rather than interleave with it.
+    /// goal lies outside it. `blocks`, what the file has or is about to
+    /// have with the caller's request, decides: small files take no window
+    /// (they stay packed, and thousands of small files written at once cost
+    /// no bookkeeping); large ones may move away from another file's window
+    /// rather than interleave with it.
     pub(crate) fn alloc_for_inode(
         &self,
         h: &mut Handle<'_>,

@@ -249,13 +249,17 @@ impl Filesystem {
         }
         let path = path_of(self.block_size, logical)?;
         let sectors = (self.block_size / 512) as u64;
-        let basis = self.alloc_goal(ino, st, logical, existing.count);
+        // The whole request, not only the part under this pointer block,
+        // tells how large the file is about to be: a 1 MiB write from
+        // block 0 is a large file from its first direct block on.
+        let size = (st.disk.i_blocks / sectors).max(logical as u64 + max as u64);
+        let basis = self.alloc_goal(ino, st, logical, max);
         let pin = basis.pin(self.block_size);
         let mut ctx = AllocCtx {
             pin,
             logical,
             ino,
-            blocks: st.disk.i_blocks / sectors,
+            blocks: size,
             privileged,
             allocated: 0,
             i_block: st.disk.i_block,
@@ -265,7 +269,6 @@ impl Filesystem {
         let want = existing.count.clamp(1, path.blocks_to_boundary + 1);
         let goal = self.goal_from(pin, inline_position(self.block_size, logical));
         let (first, n) = self.alloc_for_inode(h, ino, goal, want, privileged, ctx.blocks)?;
-        let size = (ctx.blocks.max(logical as u64)) + existing.count as u64;
         if size >= LAYOUT_MIN_FILE {
             self.record_layout(ino, basis, logical, goal, first);
         }
@@ -528,7 +531,8 @@ struct AllocCtx {
     /// The data block being mapped.
     logical: u32,
     ino: InodeNo,
-    /// The blocks the file has (they decide its window, see balloc.rs).
+    /// The blocks the file has or is about to have with this request
+    /// (they decide its window, see balloc.rs).
     blocks: u64,
     privileged: bool,
     /// Pointer blocks allocated so far.
