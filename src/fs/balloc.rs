@@ -10,7 +10,9 @@
 //! in another file's moves to the middle of the largest stretch free of
 //! windows, so concurrent sequential writers end up far apart. Windows are
 //! never on disk, expire when idle, and are ignored when only the blocks
-//! inside them are left.
+//! inside them are left. Beside them are the large files' layout pins
+//! (where a file's in-line layout starts and where it had to move on),
+//! which bmap.rs counts every goal from.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
