@@ -10,7 +10,9 @@
 //! in another file's moves to the middle of the largest stretch free of
 //! windows, so concurrent sequential writers end up far apart. Windows are
 //! never on disk, expire when idle, and are ignored when only the blocks
-//! inside them are left.
+//! inside them are left. Beside them are the large files' layout pins
+//! (where a file's in-line layout starts and where it had to move on),
+//! which bmap.rs counts every goal from.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
@@ -32,8 +34,11 @@ const MAX_WINDOW: u32 = 32768;
 const WINDOW_IDLE: Duration = Duration::from_secs(2);
 /// Files smaller than this many blocks (with the request) take no window.
 const WINDOW_MIN_FILE: u64 = 64;
-/// Inodes whose layout anchor is remembered, before starting afresh.
+/// Inodes whose layout pins are remembered, before starting afresh.
 const MAX_TRACKED: usize = 4096;
+/// Pins kept per file; past this the oldest but the origin are dropped
+/// (a file displaced this often is fragmented whatever its goals).
+const MAX_PINS: usize = 64;
 /// Files with fewer blocks than this never move away from their goal:
 /// small files stay near their directory.
 const SPREAD_MIN_BLOCKS: u64 = 2048;
@@ -50,8 +55,10 @@ struct Window {
 struct Windows {
     by_start: BTreeMap<u32, Window>,
     by_ino: HashMap<u32, u32>,
-    /// Each inode's layout anchor (see bmap.rs `file_anchor`).
-    anchors: HashMap<u32, (u32, u64)>,
+    /// Each large file's layout pins, logical block to disk block (see
+    /// bmap.rs `alloc_goal`): where its in-line layout starts and where it
+    /// had to move on.
+    layouts: HashMap<u32, BTreeMap<u32, u64>>,
 }
 
 impl Windows {
@@ -95,8 +102,8 @@ impl Windows {
     }
 
     fn prune(&mut self, now: Instant) {
-        if self.anchors.len() > MAX_TRACKED {
-            self.anchors.clear();
+        if self.layouts.len() > MAX_TRACKED {
+            self.layouts.clear();
         }
         let dead: Vec<u32> = self
             .by_start
@@ -181,15 +188,27 @@ impl Reservations {
     pub(crate) fn release(&self, ino: InodeNo) {
         let mut ws = self.windows.lock();
         ws.remove(ino.0);
-        ws.anchors.remove(&ino.0);
+        ws.layouts.remove(&ino.0);
     }
 
-    pub(crate) fn anchor(&self, ino: InodeNo) -> Option<(u32, u64)> {
-        self.windows.lock().anchors.get(&ino.0).copied()
+    /// `ino`'s layout pin at or before `logical`: the nearest one, so
+    /// that a goal is always counted forward from a fixed point whatever
+    /// order the writes came in.
+    pub(crate) fn pin_at_or_before(&self, ino: InodeNo, logical: u32) -> Option<(u32, u64)> {
+        let ws = self.windows.lock();
+        let pins = ws.layouts.get(&ino.0)?;
+        pins.range(..=logical).next_back().map(|(&l, &p)| (l, p))
     }
 
-    pub(crate) fn set_anchor(&self, ino: InodeNo, anchor: (u32, u64)) {
-        self.windows.lock().anchors.insert(ino.0, anchor);
+    /// Pins `ino`'s logical block `logical` at disk block `physical`.
+    pub(crate) fn add_pin(&self, ino: InodeNo, logical: u32, physical: u64) {
+        let mut ws = self.windows.lock();
+        let pins = ws.layouts.entry(ino.0).or_default();
+        pins.insert(logical, physical);
+        if pins.len() > MAX_PINS {
+            let second = pins.keys().nth(1).copied();
+            second.map(|k| pins.remove(&k));
+        }
     }
 }
 
@@ -306,10 +325,11 @@ impl Filesystem {
 
     /// Allocates up to `count` data blocks for `ino` near `goal`, inside
     /// the file's reservation window, taking a new (larger) window when the
-    /// goal lies outside it. `blocks`, what the file has already, decides:
-    /// small files take no window (they stay packed, and thousands of small
-    /// files written at once cost no bookkeeping); large ones may move
-    /// away from another file's window rather than interleave with it.
+    /// goal lies outside it. `blocks`, what the file has or is about to
+    /// have with the caller's request, decides: small files take no window
+    /// (they stay packed, and thousands of small files written at once cost
+    /// no bookkeeping); large ones may move away from another file's window
+    /// rather than interleave with it.
     pub(crate) fn alloc_for_inode(
         &self,
         h: &mut Handle<'_>,
@@ -405,31 +425,54 @@ impl Filesystem {
     /// The first free block of group `g` (its start if the bitmap cannot
     /// be read: this is only a goal).
     pub(crate) fn first_free_in_group(&self, g: GroupNo) -> BlockNo {
-        let (first, len) = {
-            let sb = self.sb.lock();
-            (sb.group_first_block(g).0, sb.blocks_in_group(g))
-        };
-        let bit = self
+        let first = self.sb.lock().group_first_block(g).0;
+        BlockNo(first + self.free_bit_from(g, 0).unwrap_or(0))
+    }
+
+    /// The first clear bit of group `g`'s bitmap at or after `off` (`None`
+    /// as well when the bitmap cannot be read: this only steers goals).
+    fn free_bit_from(&self, g: GroupNo, off: u32) -> Option<u32> {
+        let len = self.sb.lock().blocks_in_group(g);
+        let buf = self
             .group_desc(g)
             .and_then(|d| Ok(self.cache.get(d.block_bitmap())?))
-            .ok()
-            .and_then(|buf| find_zero(&buf.read(), 0, len));
-        BlockNo(first + bit.unwrap_or(0))
+            .ok()?;
+        let bit = find_zero(&buf.read(), off, len);
+        bit
     }
 
     /// Where a new large file starts: `start`, unless other files hold
-    /// live windows; then the middle of the widest stretch free of them.
+    /// live windows; then the first free block from the middle of the
+    /// widest stretch free of them (the file's layout is counted from
+    /// there, so it must not start inside the journal or another file).
     pub(crate) fn spread_start(&self, ino: InodeNo, start: BlockNo) -> BlockNo {
         let (lo, hi) = {
             let sb = self.sb.lock();
             (sb.s_first_data_block, sb.s_blocks_count)
         };
         let now = Instant::now();
-        let ws = self.reservations.windows.lock();
-        if !ws.others_live(ino.0, now) {
-            return start;
+        let middle = {
+            let ws = self.reservations.windows.lock();
+            if !ws.others_live(ino.0, now) {
+                return start;
+            }
+            ws.widest_gap_middle(ino.0, lo, hi, now)
+        };
+        self.first_free_from(BlockNo(middle))
+    }
+
+    /// The first free block at or after `b`, in its group or a later one
+    /// (`b` itself if none is found or a bitmap cannot be read: this is
+    /// only a goal).
+    fn first_free_from(&self, b: BlockNo) -> BlockNo {
+        let (g0, mut off) = self.goal_position(b);
+        for g in (g0..self.groups).map(GroupNo) {
+            if let Some(bit) = self.free_bit_from(g, off) {
+                return BlockNo(self.sb.lock().group_first_block(g).0 + bit);
+            }
+            off = 0;
         }
-        BlockNo(ws.widest_gap_middle(ino.0, lo, hi, now))
+        b
     }
 
     /// Whether `b` is allocated (false when the bitmap cannot be read:

@@ -249,12 +249,17 @@ impl Filesystem {
         }
         let path = path_of(self.block_size, logical)?;
         let sectors = (self.block_size / 512) as u64;
-        let (pin, fresh) = self.alloc_goal(ino, st, logical, existing.count);
+        // The whole request, not only the part under this pointer block,
+        // tells how large the file is about to be: a 1 MiB write from
+        // block 0 is a large file from its first direct block on.
+        let size = (st.disk.i_blocks / sectors).max(logical as u64 + max as u64);
+        let basis = self.alloc_goal(ino, st, logical, max);
+        let pin = basis.pin(self.block_size);
         let mut ctx = AllocCtx {
             pin,
             logical,
             ino,
-            blocks: st.disk.i_blocks / sectors,
+            blocks: size,
             privileged,
             allocated: 0,
             i_block: st.disk.i_block,
@@ -264,11 +269,8 @@ impl Filesystem {
         let want = existing.count.clamp(1, path.blocks_to_boundary + 1);
         let goal = self.goal_from(pin, inline_position(self.block_size, logical));
         let (first, n) = self.alloc_for_inode(h, ino, goal, want, privileged, ctx.blocks)?;
-        if fresh || first == goal || first.0.abs_diff(goal.0) > REBASE_DISTANCE {
-            // Where the file really lies (it may have stepped over a
-            // group's metadata, or moved away from another file): lay the
-            // rest out from there.
-            self.reservations.set_anchor(ino, (logical, first.0 as u64));
+        if size >= LAYOUT_MIN_FILE {
+            self.record_layout(ino, basis, logical, goal, first);
         }
         let last = path.offsets()[path.depth - 1];
         match &leaf {
@@ -302,31 +304,54 @@ impl Filesystem {
         })
     }
 
-    /// The goal for logical block `logical` (ext3_find_goal and
-    /// ext3_find_near, in short): where the block belongs if the file lies
-    /// on disk in logical order, with its pointer blocks in line. That is
-    /// the nearest mapped block before it (under the same pointer block or
-    /// the one before), moved on by their distance in the in-line layout;
-    /// else the file's origin moved on likewise. Writes that reach the
-    /// daemon out of order (the kernel flushes a file's pages from several
-    /// FUSE threads at once) still land in order, and a file that had to
-    /// step over something (a group's metadata) continues from there.
-    /// Also says whether the origin was chosen just now.
-    fn alloc_goal(&self, ino: InodeNo, st: &InodeState, logical: u32, count: u32) -> (Pin, bool) {
-        let bs = self.block_size;
-        if let Some((k, pk)) = self.mapped_before(ino, st, logical) {
-            let pin = Pin {
-                position: inline_position(bs, k),
-                physical: pk as u64,
+    /// Where the goal for logical block `logical` is counted from
+    /// (ext3_find_goal and ext3_find_near, in short). The goal is where
+    /// the block belongs if the file lies on disk in logical order with its
+    /// pointer blocks in line, stepping over each group's metadata: its
+    /// distance in that layout on from a known point. For a large file the
+    /// point is its nearest layout pin at or before the block (the origin,
+    /// or where an allocation that missed its goal landed), so every block
+    /// has the same goal whatever order the writes come in: the kernel
+    /// flushes a file's pages from several FUSE threads at once. Otherwise
+    /// (small files, or a file whose pins were forgotten) it is the nearest
+    /// mapped block before it, else the file's origin.
+    fn alloc_goal(&self, ino: InodeNo, st: &InodeState, logical: u32, count: u32) -> Basis {
+        if let Some((l, p)) = self.reservations.pin_at_or_before(ino, logical) {
+            return Basis {
+                logical: l,
+                physical: p,
+                stored: true,
             };
-            return (pin, false);
         }
-        let ((a, pa), fresh) = self.file_anchor(ino, st, logical, count);
-        let pin = Pin {
-            position: inline_position(bs, a),
-            physical: pa,
-        };
-        (pin, fresh)
+        if let Some((k, pk)) = self.mapped_before(ino, st, logical) {
+            return Basis {
+                logical: k,
+                physical: pk as u64,
+                stored: false,
+            };
+        }
+        self.file_origin(ino, st, logical, count)
+    }
+
+    /// Remembers a large file's layout: the point its goal was counted
+    /// from, if not a pin yet, and where an allocation that missed its goal
+    /// (taken, or in another file's window) landed, for the blocks after it
+    /// to lay out from there.
+    fn record_layout(
+        &self,
+        ino: InodeNo,
+        basis: Basis,
+        logical: u32,
+        goal: BlockNo,
+        first: BlockNo,
+    ) {
+        if !basis.stored {
+            self.reservations
+                .add_pin(ino, basis.logical, basis.physical);
+        }
+        if first != goal {
+            self.reservations.add_pin(ino, logical, first.0 as u64);
+        }
     }
 
     /// The disk block for in-line `position`, counted from `pin`: forward
@@ -384,25 +409,13 @@ impl Filesystem {
         })
     }
 
-    /// Where the file's in-line layout is pinned: a logical block and the
-    /// disk block it lies at (see [`inline_position`]); goals with no mapped
-    /// block before them are counted from it. Chosen at a file's first
-    /// allocation (logical block 0 at the first free block of the inode's
-    /// group, or, for a large first write while other files are being
-    /// written, in the middle of the widest stretch free of their windows),
-    /// and moved to where an allocation lands whenever that is far from its
-    /// goal. Also says whether it was chosen just now.
-    fn file_anchor(
-        &self,
-        ino: InodeNo,
-        st: &InodeState,
-        logical: u32,
-        count: u32,
-    ) -> ((u32, u64), bool) {
-        if let Some(anchor) = self.reservations.anchor(ino) {
-            return (anchor, false);
-        }
-        let anchor = match st.last_alloc {
+    /// Where a file with no pin and no mapped block before `logical`
+    /// starts its layout: after its last allocation if it has blocks, else
+    /// logical block 0 at the first free block of the inode's group or, for
+    /// a large first write while other files are being written, in the
+    /// middle of the widest stretch free of their windows.
+    fn file_origin(&self, ino: InodeNo, st: &InodeState, logical: u32, count: u32) -> Basis {
+        let (l, p) = match st.last_alloc {
             Some(last) if st.disk.i_blocks > 0 => (logical, last.0 as u64 + 1),
             _ => {
                 let group = self.sb.lock().inode_group(ino.0).0;
@@ -416,8 +429,29 @@ impl Filesystem {
                 (0, start.0 as u64)
             }
         };
-        self.reservations.set_anchor(ino, anchor);
-        (anchor, true)
+        Basis {
+            logical: l,
+            physical: p,
+            stored: false,
+        }
+    }
+}
+
+/// The point a goal is counted from: logical block `logical` lies (or is
+/// to lie) at `physical`; `stored` when that is one of the file's pins.
+#[derive(Clone, Copy, Debug)]
+struct Basis {
+    logical: u32,
+    physical: u64,
+    stored: bool,
+}
+
+impl Basis {
+    fn pin(&self, block_size: u32) -> Pin {
+        Pin {
+            position: inline_position(block_size, self.logical),
+            physical: self.physical,
+        }
     }
 }
 
@@ -432,8 +466,9 @@ struct Pin {
 /// A first write this many blocks long (or this far in) marks a file that
 /// is worth placing apart from other files being written.
 const BIG_FIRST_WRITE: u32 = 256;
-/// An allocation this far from its goal moves the file's anchor.
-const REBASE_DISTANCE: u32 = 4096;
+/// Files reaching this many blocks keep layout pins (smaller ones, such as
+/// fs_mark's, keep no bookkeeping: their nearest mapped block serves).
+const LAYOUT_MIN_FILE: u64 = 64;
 
 fn goal_at(b: u64) -> BlockNo {
     BlockNo(b.min(u32::MAX as u64) as u32)
@@ -496,7 +531,8 @@ struct AllocCtx {
     /// The data block being mapped.
     logical: u32,
     ino: InodeNo,
-    /// The blocks the file has (they decide its window, see balloc.rs).
+    /// The blocks the file has or is about to have with this request
+    /// (they decide its window, see balloc.rs).
     blocks: u64,
     privileged: bool,
     /// Pointer blocks allocated so far.
@@ -551,7 +587,10 @@ mod tests {
     }
 
     fn device(bs: u32) -> Arc<Logged> {
-        let size = 96 << 20;
+        device_of(bs, 96 << 20)
+    }
+
+    fn device_of(bs: u32, size: u64) -> Arc<Logged> {
         let opts = MkfsOptions {
             block_size: Some(bs),
             ..Default::default()
@@ -879,16 +918,23 @@ mod tests {
     /// Breaks in a file's layout over `0..n`: places where the next block
     /// is not where ext3's in-line layout puts it after the previous one.
     fn layout_breaks(fs: &Filesystem, ino: InodeNo, n: u32) -> usize {
+        breaks_at(fs, ino, n).len()
+    }
+
+    /// The breaks themselves: the logical block, where the in-line layout
+    /// puts it after the previous one, and where it lies.
+    fn breaks_at(fs: &Filesystem, ino: InodeNo, n: u32) -> Vec<(u32, u64, u64)> {
         let inode = fs.iget(ino).unwrap();
         let st = inode.state.read();
         let bs = fs.block_size;
         let phys = |l: u32| fs.map_blocks(ino, &st, l, 1).unwrap().physical.unwrap().0 as u64;
         (1..n)
-            .filter(|&l| {
+            .filter_map(|l| {
                 let step = inline_position(bs, l) - inline_position(bs, l - 1);
-                phys(l) != phys(l - 1) + step
+                let want = phys(l - 1) + step;
+                (phys(l) != want).then(|| (l, want, phys(l)))
             })
-            .count()
+            .collect()
     }
 
     /// Writes reaching the daemon out of order (as the kernel's writeback
@@ -931,5 +977,104 @@ mod tests {
             "breaks per file: {breaks:?}"
         );
         unmount_and_fsck(fs, &dev, "side-by-side writers");
+    }
+
+    /// The block groups `0..n` spans, less one: the breaks no layout can
+    /// avoid (ext3 without flex_bg starts every group with its bitmaps and
+    /// inode table).
+    fn group_crossings(fs: &Filesystem, ino: InodeNo, n: u32) -> usize {
+        let inode = fs.iget(ino).unwrap();
+        let st = inode.state.read();
+        let groups: std::collections::BTreeSet<u32> = (0..n)
+            .map(|l| {
+                let b = fs.map_blocks(ino, &st, l, 1).unwrap().physical.unwrap();
+                fs.sb.lock().block_group(b).0 .0
+            })
+            .collect();
+        groups.len() - 1
+    }
+
+    /// `0..n` in a fixed pseudo-random order (the same on every run).
+    fn shuffled(n: u32, seed: u64) -> Vec<u32> {
+        let mut v: Vec<u32> = (0..n).collect();
+        let mut x = seed;
+        for i in (1..v.len()).rev() {
+            x = x
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            v.swap(i, ((x >> 33) % (i as u64 + 1)) as usize);
+        }
+        v
+    }
+
+    /// `0..n` as writeback through several FUSE threads delivers it: in
+    /// order overall, each run of `spread` chunks in a shuffled order.
+    fn jittered(n: u32, spread: u32, seed: u64) -> Vec<u32> {
+        (0..n.div_ceil(spread))
+            .flat_map(|w| {
+                let lo = w * spread;
+                let len = spread.min(n - lo);
+                shuffled(len, seed ^ w as u64)
+                    .into_iter()
+                    .map(move |i| lo + i)
+            })
+            .collect()
+    }
+
+    /// A file across many block groups (1 KiB blocks: 8 MiB a group), its
+    /// 1 MiB chunks arriving out of order, locally or throughout, ends with
+    /// no breaks but its group crossings and at most a couple more (the
+    /// journal lies in the way).
+    #[test]
+    fn large_file_written_out_of_order_breaks_only_at_groups() {
+        let chunk = 1024;
+        let chunks = 112;
+        let orders = [
+            ("jittered", jittered(chunks, 6, 7)),
+            ("shuffled", shuffled(chunks, 11)),
+        ];
+        for (what, order) in orders {
+            let dev = device_of(1024, 288 << 20);
+            let fs = mount(&dev, u32::MAX);
+            let f = new_file(&fs, "big");
+            for c in order {
+                allocate(&fs, f, c * chunk, (c + 1) * chunk, chunk);
+            }
+            let n = chunks * chunk;
+            let (breaks, crossings) = (breaks_at(&fs, f, n), group_crossings(&fs, f, n));
+            assert!(crossings >= 13, "{what}: only {crossings} group crossings");
+            assert!(
+                breaks.len() <= crossings + 2,
+                "{what}: {crossings} group crossings, breaks {breaks:?}"
+            );
+            unmount_and_fsck(fs, &dev, &format!("{what} large file"));
+        }
+    }
+
+    /// Three large files written at once, chunks taking turns and each
+    /// file's arriving out of order, stay in few pieces each.
+    #[test]
+    fn concurrent_out_of_order_writers_stay_in_few_pieces() {
+        let dev = device_of(1024, 288 << 20);
+        let fs = mount(&dev, u32::MAX);
+        let chunk = 1024;
+        let chunks = 32;
+        let files: Vec<InodeNo> = (0..3).map(|i| new_file(&fs, &format!("w{i}"))).collect();
+        let orders: Vec<Vec<u32>> = (0..3).map(|i| jittered(chunks, 4, i)).collect();
+        for k in 0..chunks as usize {
+            for (f, order) in files.iter().zip(&orders) {
+                let c = order[k];
+                allocate(&fs, *f, c * chunk, (c + 1) * chunk, chunk);
+            }
+        }
+        let n = chunks * chunk;
+        for f in files {
+            let (breaks, crossings) = (breaks_at(&fs, f, n), group_crossings(&fs, f, n));
+            assert!(
+                breaks.len() <= crossings + 4,
+                "{crossings} group crossings, breaks {breaks:?}"
+            );
+        }
+        unmount_and_fsck(fs, &dev, "concurrent out-of-order writers");
     }
 }
