@@ -53,6 +53,9 @@ impl RunsDone<'_, '_> {
     }
 }
 
+/// What an fsync runs when it is done (see `Filesystem::fsync_then`).
+pub type FsyncCallback = Box<dyn FnOnce(Result<()>) + Send>;
+
 /// One block's share of a byte range inside a run of contiguous blocks.
 struct Piece {
     /// The disk block.
@@ -571,21 +574,43 @@ impl Filesystem {
     /// commit writes every file's queued data, as ext3's does); the commit's
     /// flush covers the data, and when no commit flushed after it the
     /// device is flushed here.
-    pub fn fsync(&self, ino: InodeNo, _datasync: bool) -> Result<()> {
+    pub fn fsync(&self, ino: InodeNo, datasync: bool) -> Result<()> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.fsync_then(
+            ino,
+            datasync,
+            Box::new(move |res| {
+                let _ = tx.send(res);
+            }),
+        );
+        // A callback dropped unrun would be a bug; it reads as EIO, not a hang.
+        rx.recv()
+            .unwrap_or_else(|_| Err(std::io::Error::from_raw_os_error(libc::EIO).into()))
+    }
+
+    /// [`Filesystem::fsync`] without waiting for the commit: `done` gets the
+    /// result on the thread that finishes it (the FUSE adapter replies from
+    /// there; see `Journal::force_commit_then`). Everything before the
+    /// commit (the file's data, the batching wait, a commit no one else is
+    /// running) still happens on this thread.
+    pub fn fsync_then(&self, ino: InodeNo, _datasync: bool, done: FsyncCallback) {
         if self.read_only {
-            return Ok(());
+            return done(Ok(()));
         }
         let written = self.data.drain_inode(ino.0);
         if let Some(e) = self.data.take_error() {
-            return Err(e.into());
+            return done(Err(e.into()));
         }
-        self.journal.force_commit()?;
-        if !self.data.flushed_through(written) {
-            self.dev.flush()?;
-        }
-        Ok(())
+        let data = self.data.clone();
+        let dev = self.dev.clone();
+        self.journal.force_commit_then(Box::new(move |res| {
+            let res = res.and_then(|()| match data.flushed_through(written) {
+                true => Ok(()),
+                false => dev.flush(),
+            });
+            done(res.map_err(FsError::from));
+        }));
     }
-
     /// fallocate modes 0 and KEEP_SIZE. ext3 has no unwritten extents, so
     /// the holes in the range are allocated and zeroed, as
     /// posix_fallocate's fallback would do.

@@ -107,6 +107,22 @@ impl JbdFuse {
         }
     }
 
+    /// An fsync whose reply is sent by the thread that finishes the
+    /// commit: this worker goes back to the kernel for the next request
+    /// instead of sleeping until the commit ends and being woken only to
+    /// reply.
+    fn fsync_then_reply(&self, ino: INodeNo, datasync: bool, reply: ReplyEmpty) {
+        let fs = self.fs.clone();
+        let done = move |res: Result<(), FsError>| match res {
+            Ok(()) => reply.ok(),
+            Err(e) => {
+                fs.report_error(&e, "jbdfs_fsync");
+                reply.error(errno(&e));
+            }
+        };
+        self.fs.fsync_then(to_ext3(ino), datasync, Box::new(done));
+    }
+
     pub fn new(fs: Arc<Filesystem>) -> Self {
         JbdFuse { fs }
     }
@@ -446,7 +462,7 @@ impl fuser::Filesystem for JbdFuse {
     ) {
         let _s = tracing::debug_span!("fsync", ino = ino.0, datasync).entered();
         crate::journal::set_caller(_req.pid());
-        self.empty(reply, self.fs.fsync(to_ext3(ino), datasync));
+        self.fsync_then_reply(ino, datasync, reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -537,7 +553,7 @@ impl fuser::Filesystem for JbdFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.empty(reply, self.fs.fsync(to_ext3(ino), datasync));
+        self.fsync_then_reply(ino, datasync, reply);
     }
 
     /// No ioctls are served (ext3's flag ioctls among them): ENOTTY, what

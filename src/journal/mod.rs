@@ -24,7 +24,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use batch::{set_caller, Batching};
-pub use transaction::{Handle, Journal};
+pub use transaction::{CommitCallback, Handle, Journal};
 
 use crate::format::jbd::JournalSuperblock;
 use transaction::LogArea;

@@ -100,7 +100,14 @@ pub(super) struct JState {
     pub kept_copies: usize,
     pub shutdown: bool,
     pub error: Option<String>,
+    /// Callers waiting for a transaction to commit without a thread of
+    /// their own ([`Journal::force_commit_then`]), by transaction id.
+    pub commit_callbacks: Vec<(u32, CommitCallback)>,
 }
+
+/// What to run once a transaction has committed (or cannot): an fsync's
+/// reply, sent from whichever thread finished the commit.
+pub type CommitCallback = Box<dyn FnOnce(io::Result<()>) + Send>;
 
 impl JState {
     /// Files a committed buffer for checkpoint, returning the entry it
@@ -193,6 +200,7 @@ impl Journal {
                 kept_copies: 0,
                 shutdown: false,
                 error: None,
+                commit_callbacks: Vec::new(),
             }),
             wake: Condvar::new(),
             drained: Condvar::new(),
@@ -216,6 +224,7 @@ impl Journal {
         self.aborted.store(true, Ordering::Release);
         self.wake.notify_all();
         self.commit_wake.notify_all();
+        self.run_commit_callbacks();
     }
 
     pub fn is_aborted(&self) -> bool {
@@ -312,6 +321,78 @@ impl Journal {
         h.stop()
     }
 
+    /// [`Journal::force_commit`] without waiting: `done` runs once every
+    /// change so far is durable (or cannot be), on the thread that finishes
+    /// the commit, or on this one if that is already so. The caller's
+    /// thread does the batching wait and, when no commit is under way, the
+    /// commit itself, exactly as a waiting fsync would; it only does not
+    /// sleep until the commit ends. Through FUSE that frees the worker and
+    /// saves waking it just to send the reply.
+    pub fn force_commit_then(&self, done: CommitCallback) {
+        if !self.logging() {
+            return done(self.cache.sync_all());
+        }
+        if self.is_aborted() {
+            return done(Err(io::Error::from_raw_os_error(libc::EIO)));
+        }
+        match self.start(1) {
+            Ok(mut h) => {
+                h.set_sync();
+                h.stop_then(done);
+            }
+            Err(e) => done(Err(e)),
+        }
+    }
+
+    /// How waiting for transaction `tid` ends, if it has ended: committed,
+    /// or never will be (journal aborted).
+    fn commit_outcome(&self, st: &JState, tid: u32) -> Option<io::Result<()>> {
+        if let Some(e) = &st.error {
+            return Some(Err(io::Error::other(format!("journal aborted: {e}"))));
+        }
+        if st.committed >= tid {
+            return Some(Ok(()));
+        }
+        self.is_aborted()
+            .then(|| Err(io::Error::from_raw_os_error(libc::EIO)))
+    }
+
+    /// Runs `done` once transaction `tid` has committed: now, if it has.
+    fn when_committed(&self, tid: u32, done: CommitCallback) {
+        let mut st = self.state.lock();
+        match self.commit_outcome(&st, tid) {
+            Some(res) => {
+                drop(st);
+                done(res);
+            }
+            None => st.commit_callbacks.push((tid, done)),
+        }
+    }
+
+    /// Runs the callbacks whose transactions have committed (or never
+    /// will), outside the state lock; called wherever commit waiters are
+    /// woken.
+    pub(super) fn run_commit_callbacks(&self) {
+        let ready: Vec<(CommitCallback, io::Result<()>)> = {
+            let mut st = self.state.lock();
+            if st.commit_callbacks.is_empty() {
+                return;
+            }
+            let waiting = std::mem::take(&mut st.commit_callbacks);
+            let mut ready = Vec::new();
+            for (tid, done) in waiting {
+                match self.commit_outcome(&st, tid) {
+                    Some(res) => ready.push((done, res)),
+                    None => st.commit_callbacks.push((tid, done)),
+                }
+            }
+            ready
+        };
+        for (done, res) in ready {
+            done(res);
+        }
+    }
+
     /// Waits until transaction `tid` has committed.
     pub(super) fn wait_for_commit(&self, tid: u32) -> io::Result<()> {
         let mut st = self.state.lock();
@@ -326,11 +407,8 @@ impl Journal {
             }
             self.wake.wait_for(&mut st, Duration::from_millis(100));
         }
-        match &st.error {
-            Some(e) => Err(io::Error::other(format!("journal aborted: {e}"))),
-            None if st.committed < tid => Err(io::Error::from_raw_os_error(libc::EIO)),
-            None => Ok(()),
-        }
+        self.commit_outcome(&st, tid)
+            .unwrap_or_else(|| Err(io::Error::from_raw_os_error(libc::EIO)))
     }
 
     /// A synchronous handle's transaction is to commit now: on this thread
@@ -553,7 +631,41 @@ impl Handle<'_> {
     }
 
     /// Ends the handle; a sync handle waits for its transaction to commit.
-    pub fn stop(mut self) -> io::Result<()> {
+    pub fn stop(self) -> io::Result<()> {
+        let j = self.journal;
+        match self.stop_sync_part() {
+            None => Ok(()),
+            Some(None) => j.cache.sync_all(),
+            Some(Some(tid)) => {
+                j.commit_now_or_hand_off();
+                j.sync_waiters.fetch_add(1, Ordering::Relaxed);
+                let res = j.wait_for_commit(tid);
+                j.sync_waiters.fetch_sub(1, Ordering::Relaxed);
+                res
+            }
+        }
+    }
+
+    /// Ends a sync handle without waiting: `done` runs once its transaction
+    /// has committed (see [`Journal::force_commit_then`]).
+    pub fn stop_then(self, done: CommitCallback) {
+        let j = self.journal;
+        match self.stop_sync_part() {
+            None => done(Ok(())),
+            Some(None) => done(j.cache.sync_all()),
+            Some(Some(tid)) => {
+                // Registered before the commit is started, so that whoever
+                // finishes it runs `done`.
+                j.when_committed(tid, done);
+                j.commit_now_or_hand_off();
+            }
+        }
+    }
+
+    /// The shared front of `stop`: the batching wait, the release, and for
+    /// a sync handle the commit request. None for a plain handle; for a
+    /// sync one, the transaction to wait for (None without a log).
+    fn stop_sync_part(mut self) -> Option<Option<u32>> {
         self.stopped = true;
         let j = self.journal;
         if self.sync && j.logging() {
@@ -562,28 +674,21 @@ impl Handle<'_> {
         }
         self.release();
         if !self.sync {
-            return Ok(());
+            return None;
         }
         if !j.logging() {
-            return j.cache.sync_all();
+            return Some(None);
         }
-        let tid = {
-            let mut st = j.state.lock();
-            // An empty transaction has nothing to commit: wait for the
-            // one before it, which may hold this caller's changes.
-            let tid = if st.running.tid == self.tid && st.running.is_empty() {
-                self.tid.saturating_sub(1)
-            } else {
-                self.tid
-            };
-            st.commit_request = st.commit_request.max(tid);
-            tid
+        let mut st = j.state.lock();
+        // An empty transaction has nothing to commit: wait for the
+        // one before it, which may hold this caller's changes.
+        let tid = if st.running.tid == self.tid && st.running.is_empty() {
+            self.tid.saturating_sub(1)
+        } else {
+            self.tid
         };
-        j.commit_now_or_hand_off();
-        j.sync_waiters.fetch_add(1, Ordering::Relaxed);
-        let res = j.wait_for_commit(tid);
-        j.sync_waiters.fetch_sub(1, Ordering::Relaxed);
-        res
+        st.commit_request = st.commit_request.max(tid);
+        Some(Some(tid))
     }
 
     fn release(&mut self) {
