@@ -30,7 +30,11 @@
 //!    read-in paths check uptodate before locking). A data=journal
 //!    writer that must make room (`Journal::make_room_for_pins`) commits and
 //!    checkpoints holding its inode lock but no handle, which is safe
-//!    because no handle ever waits for an inode lock.
+//!    because no handle ever waits for an inode lock. Commit callbacks
+//!    (`Journal::force_commit_then`: fsync replies) run with no journal
+//!    lock but possibly the commit lock held, so they may take only what
+//!    comes after it here (the superblock's error record, a device flush)
+//!    and must never start a handle or wait for a commit.
 //! 4. `Filesystem::orphans`, then `Filesystem::sb`. Each is held only to
 //!    change its fields and, while still held, copy them into a buffer the
 //!    handle has already joined (an orphan's inode slot, the superblock), so
