@@ -19,6 +19,8 @@ pub const ROOT: InodeNo = InodeNo(2);
 pub const ME: Caller = Caller { uid: 0, gid: 0 };
 /// Small, so that e2fsck of a crash state takes milliseconds.
 pub const IMAGE_SIZE: u64 = 8 << 20;
+/// The images' block size (as small images get from mke2fs).
+pub const BLOCK_SIZE: usize = 1024;
 
 /// The three data modes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -59,7 +61,7 @@ impl Mode {
 /// A fresh jbdfs image (1 KiB blocks, as small images get from mke2fs).
 pub fn fresh_image() -> anyhow::Result<MemoryDevice> {
     let opts = MkfsOptions {
-        block_size: Some(1024),
+        block_size: Some(BLOCK_SIZE as u32),
         ..Default::default()
     };
     let mem = MemoryDevice::new(IMAGE_SIZE)?;
