@@ -1,18 +1,25 @@
 //! File data on its way home: the queue that makes data=ordered and
 //! data=writeback different, as they are in ext3.
 //!
-//! A write copies whole blocks into the queue and returns; one writer thread
-//! takes what is queued as a batch and writes it in runs of adjacent blocks,
-//! one device request per run. In data=ordered the commit waits for the
-//! whole queue before the flush ahead of its commit block (jbd's ordered
-//! data flush), so a block's contents are on the device before any metadata
-//! that points at it. In data=writeback the commit does not wait, and data
-//! reaches the device whenever the writer gets to it.
+//! A short write copies whole blocks into the queue and returns. Queued
+//! blocks are written in batches, one at a time, as runs of adjacent blocks
+//! (one device request per run), by whoever needs them first: an fsync, a
+//! commit in data=ordered, a writer throttled by a full queue, and
+//! otherwise the writer thread (past half the limit, or every
+//! WRITER_PERIOD). A long whole-block stretch is not queued but claimed
+//! (`begin_direct`) and written straight from the caller's buffer; a claim
+//! counts as queued data for every waiter until its write ends.
 //!
-//! fsync has the writer put the file's own blocks ahead of everything else
-//! and waits for those. In data=ordered its commit then waits for all the
-//! rest, as ext3's does (one file's fsync pays for every file's dirty data);
-//! in data=writeback it does not, which is the difference people measure.
+//! In data=ordered the commit waits for the whole queue before the flush
+//! ahead of its commit block (jbd's ordered data flush), so a block's
+//! contents are on the device before any metadata that points at it. In
+//! data=writeback the commit does not wait, and data reaches the device
+//! whenever it is written.
+//!
+//! fsync puts the file's own blocks ahead of everything else and waits for
+//! those. In data=ordered its commit then waits for all the rest, as ext3's
+//! does (one file's fsync pays for every file's dirty data); in
+//! data=writeback it does not, which is the difference people measure.
 //!
 //! Reads look at the queue before the device, so a caller never sees a
 //! block older than its last write. A freed block is taken out of the queue
@@ -76,6 +83,10 @@ struct QueueState {
 /// A write of disk blocks `start..end` claimed with
 /// [`DataQueue::begin_direct`] and not yet finished.
 struct Direct {
+    /// Which claim this is.
+    id: u64,
+    /// The oldest write it stands for: a claim supersedes queued copies of
+    /// its blocks, and whoever waited for those now waits for it.
     seq: u64,
     ino: u32,
     start: u32,
@@ -276,15 +287,20 @@ impl DataQueue {
         }
     }
 
-    /// Drops the queued (not in flight) copies of blocks `start..end`.
-    fn forget_queued(&self, st: &mut QueueState, start: u32, end: u32) {
+    /// Drops the queued (not in flight) copies of blocks `start..end`;
+    /// returns the oldest sequence number among them.
+    fn forget_queued(&self, st: &mut QueueState, start: u32, end: u32) -> Option<u64> {
+        let mut oldest = None;
         for map in [&mut st.pending, &mut st.urgent] {
             let doomed: Vec<u32> = map.range(start..end).map(|(b, _)| *b).collect();
             for b in doomed {
-                map.remove(&b);
-                self.held.fetch_sub(self.block_size, Ordering::AcqRel);
+                if let Some(q) = map.remove(&b) {
+                    oldest = Some(oldest.map_or(q.seq, |o: u64| o.min(q.seq)));
+                    self.held.fetch_sub(self.block_size, Ordering::AcqRel);
+                }
             }
         }
+        oldest
     }
 
     /// Claims whole blocks `first..first + count` of inode `ino` for a
@@ -299,13 +315,18 @@ impl DataQueue {
     pub fn begin_direct(&self, ino: u32, first: u32, count: u32) -> DirectWrite<'_> {
         let end = first.saturating_add(count);
         let mut st = self.state.lock();
-        self.forget_queued(&mut st, first, end);
         while st.inflight_overlaps(first, end) {
             self.finished.wait(&mut st);
         }
-        let seq = st.next_seq;
+        let id = st.next_seq;
         st.next_seq += 1;
+        // A drain that was waiting for a dropped copy must now wait for
+        // the claim, or it could return before either version landed.
+        let seq = self
+            .forget_queued(&mut st, first, end)
+            .map_or(id, |o| o.min(id));
         st.direct.push(Direct {
+            id,
             seq,
             ino,
             start: first,
@@ -314,16 +335,16 @@ impl DataQueue {
         self.directs.fetch_add(1, Ordering::AcqRel);
         DirectWrite {
             queue: self,
-            seq,
+            id,
             first,
             done: false,
         }
     }
 
-    /// Ends direct write `seq`, recording its error for fsync.
-    fn end_direct(&self, seq: u64, res: &io::Result<()>) {
+    /// Ends direct write `id`, recording its error for fsync.
+    fn end_direct(&self, id: u64, res: &io::Result<()>) {
         let mut st = self.state.lock();
-        st.direct.retain(|d| d.seq != seq);
+        st.direct.retain(|d| d.id != id);
         self.directs.fetch_sub(1, Ordering::AcqRel);
         st.done += 1;
         if let Err(e) = res {
@@ -496,7 +517,7 @@ impl DataQueue {
 /// waiting for ever.
 pub struct DirectWrite<'q> {
     queue: &'q DataQueue,
-    seq: u64,
+    id: u64,
     first: u32,
     done: bool,
 }
@@ -509,7 +530,7 @@ impl DirectWrite<'_> {
             .dev
             .write_at(data, self.first as u64 * q.block_size as u64);
         self.done = true;
-        q.end_direct(self.seq, &res);
+        q.end_direct(self.id, &res);
         res
     }
 }
@@ -517,7 +538,7 @@ impl DirectWrite<'_> {
 impl Drop for DirectWrite<'_> {
     fn drop(&mut self) {
         if !self.done {
-            self.queue.end_direct(self.seq, &Ok(()));
+            self.queue.end_direct(self.id, &Ok(()));
         }
     }
 }
@@ -722,5 +743,35 @@ mod tests {
         drop(q.begin_direct(1, 9, 1));
         q.drain(); // would wait for ever if the claim were still held
         assert!(q.state.lock().direct.is_empty());
+    }
+
+    #[test]
+    fn a_drain_waits_for_the_claim_that_superseded_its_queued_copy() {
+        let dev = gate(40);
+        let q = DataQueue::start(dev.clone(), BS, DataOrder::Ordered, 1 << 20).unwrap();
+        q.write(1, 40, &[4u8; BS]);
+        q.work.notify_one(); // the writer takes block 40 and is held on it
+        std::thread::sleep(Duration::from_millis(50));
+        q.write(2, 5, &[1u8; BS]); // queued behind the held batch
+        let drained = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            let drainer = s.spawn(|| {
+                q.drain();
+                drained.store(true, Ordering::Release);
+            });
+            std::thread::sleep(Duration::from_millis(50));
+            let claim = q.begin_direct(2, 5, 1); // drops the queued copy
+            open(&dev);
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(
+                !drained.load(Ordering::Acquire),
+                "the drain returned with neither version of block 5 written"
+            );
+            claim.write(&[2u8; BS]).unwrap();
+            drainer.join().unwrap();
+        });
+        let mut raw = [0u8; 1];
+        dev.inner.read_at(&mut raw, 5 * BS as u64).unwrap();
+        assert_eq!(raw, [2]);
     }
 }
