@@ -37,7 +37,7 @@ jbdfs options (-o):
   barrier[=0|1], nobarrier         flush around commit blocks
   errors=continue|remount-ro|panic
   cache_size=BYTES[K|M|G]          buffer cache size
-  threads=N                        FUSE worker threads (1-1024)
+  threads=N                        FUSE worker threads (1-1024, default 8)
   direct                           O_DIRECT on the backing store
   debug, sync, dirsync, max_map=N, devsim=MODEL, stats=PATH, record=PATH
 Generic FUSE and mount options (ro, rw, noatime, allow_other, default_permissions,

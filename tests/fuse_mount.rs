@@ -64,9 +64,19 @@ impl Mounted {
     }
 
     /// Serves `source` (the image or a device over it) on the mount point.
-    fn serve(mut self, source: &Path, read_only: bool) -> Mounted {
+    fn serve(self, source: &Path, read_only: bool) -> Mounted {
+        self.serve_with(source, read_only, |_| {})
+    }
+
+    /// [`Mounted::serve`] with the daemon's configuration adjusted first.
+    fn serve_with(
+        mut self,
+        source: &Path,
+        read_only: bool,
+        adjust: impl FnOnce(&mut DaemonConfig),
+    ) -> Mounted {
         let dir = self.dir.clone();
-        let cfg = DaemonConfig {
+        let mut cfg = DaemonConfig {
             source: source.to_path_buf(),
             mountpoint: dir.clone(),
             read_only,
@@ -87,6 +97,7 @@ impl Mounted {
             devsim: None,
             max_map: u32::MAX,
         };
+        adjust(&mut cfg);
         let server = std::thread::spawn(move || serve(&cfg));
         let deadline = Instant::now() + Duration::from_secs(20);
         let canon = std::fs::canonicalize(&dir).unwrap();
@@ -339,6 +350,63 @@ fn sixteen_threads_for_a_minute() {
     );
     m.unmount();
     e2fsck_clean(&m.image);
+}
+
+/// On a slow device each fsync waits for its commit on a thread of its own
+/// (src/fuse/runners.rs), not on a FUSE worker: with a single worker,
+/// sixteen writers' fsyncs still share commits, every fsync'd file is there
+/// after a remount, and e2fsck finds the image clean.
+#[test]
+fn fsyncs_on_a_slow_device_share_commits_with_one_worker() {
+    if let Some(why) = can_fuse() {
+        eprintln!("skipping FUSE test: {why}");
+        return;
+    }
+    let m = Mounted::image_only(256 << 20, 4096);
+    let image = m.image.clone();
+    let stats = image.with_extension("stats");
+    let stats_path = stats.clone();
+    let mut m = m.serve_with(&image, false, move |cfg| {
+        cfg.threads = 1;
+        cfg.devsim = Some(jbdfs::device::DevSimParams::parse("sata").unwrap());
+        cfg.stats = Some(stats_path);
+    });
+    let (writers, files) = (16u32, 8u32);
+    let threads: Vec<_> = (0..writers)
+        .map(|t| {
+            let dir = m.dir.join(format!("w{t}"));
+            std::thread::spawn(move || {
+                std::fs::create_dir(&dir).unwrap();
+                for i in 0..files {
+                    let mut f = std::fs::File::create(dir.join(format!("f{i}"))).unwrap();
+                    f.write_all(&[t as u8 ^ i as u8; 4096]).unwrap();
+                    f.sync_all().unwrap();
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    m.unmount();
+    let text = std::fs::read_to_string(&stats).unwrap();
+    let transactions: u32 = text.split_whitespace().next().unwrap().parse().unwrap();
+    let fsyncs = writers * files;
+    eprintln!("{fsyncs} fsyncs in {transactions} transactions");
+    // A worker holding each fsync through its commit would serve nothing
+    // else meanwhile: about one fsync per commit.
+    assert!(
+        transactions * 3 < fsyncs,
+        "{fsyncs} fsyncs took {transactions} transactions:\n{text}"
+    );
+    e2fsck_clean(&m.image);
+    let m = m.serve(&image, true);
+    for t in 0..writers {
+        for i in 0..files {
+            let got = std::fs::read(m.dir.join(format!("w{t}/f{i}"))).unwrap();
+            assert_eq!(got, vec![t as u8 ^ i as u8; 4096], "w{t}/f{i}");
+        }
+    }
 }
 
 /// What one tree entry looks like: type and mode, size, links, device,

@@ -3,6 +3,7 @@
 //! per request, and calls into [`crate::fs`]; it holds no filesystem logic.
 
 mod attr;
+mod runners;
 
 use std::ffi::OsStr;
 use std::os::unix::ffi::OsStrExt;
@@ -90,7 +91,13 @@ fn time(t: TimeOrNow) -> crate::format::inode::Timestamp {
 /// The FUSE face of a mounted filesystem.
 pub struct JbdFuse {
     fs: Arc<Filesystem>,
+    /// Where fsyncs wait when the device is slow (see runners.rs).
+    fsync_runners: Arc<runners::Runners>,
 }
+
+/// At most this many fsyncs wait on runners side by side; past it they
+/// queue for the first runner to come free.
+const MAX_FSYNC_RUNNERS: usize = 256;
 
 impl JbdFuse {
     /// The errno for a failed request, after the errors= policy has seen
@@ -111,7 +118,11 @@ impl JbdFuse {
     /// commit: this worker goes back to the kernel for the next request
     /// instead of sleeping until the commit ends and being woken only to
     /// reply.
-    fn fsync_then_reply(&self, ino: INodeNo, datasync: bool, reply: ReplyEmpty) {
+    /// An fsync, answered by whichever thread finishes its commit. On a
+    /// device whose commits are slow, the data write, the batching wait
+    /// and the commit run on a runner instead of this worker, so that a
+    /// few workers can keep any number of fsyncs waiting together.
+    fn fsync_then_reply(&self, req: &Request, ino: INodeNo, datasync: bool, reply: ReplyEmpty) {
         let fs = self.fs.clone();
         let done = move |res: Result<(), FsError>| match res {
             Ok(()) => reply.ok(),
@@ -120,11 +131,25 @@ impl JbdFuse {
                 reply.error(errno(&e));
             }
         };
-        self.fs.fsync_then(to_ext3(ino), datasync, Box::new(done));
+        let pid = req.pid();
+        crate::journal::set_caller(pid);
+        if !self.fs.journal().commits_are_slow() {
+            return self.fs.fsync_then(to_ext3(ino), datasync, Box::new(done));
+        }
+        let fs = self.fs.clone();
+        let span = tracing::Span::current();
+        self.fsync_runners.run(Box::new(move || {
+            let _s = span.entered();
+            crate::journal::set_caller(pid);
+            fs.fsync_then(to_ext3(ino), datasync, Box::new(done));
+        }));
     }
 
     pub fn new(fs: Arc<Filesystem>) -> Self {
-        JbdFuse { fs }
+        JbdFuse {
+            fs,
+            fsync_runners: runners::Runners::new("jbdfs-fsync", MAX_FSYNC_RUNNERS),
+        }
     }
 
     fn attr(&self, ino: InodeNo, inode: &Inode) -> fuser::FileAttr {
@@ -461,8 +486,7 @@ impl fuser::Filesystem for JbdFuse {
         reply: ReplyEmpty,
     ) {
         let _s = tracing::debug_span!("fsync", ino = ino.0, datasync).entered();
-        crate::journal::set_caller(_req.pid());
-        self.fsync_then_reply(ino, datasync, reply);
+        self.fsync_then_reply(_req, ino, datasync, reply);
     }
 
     fn opendir(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
@@ -553,7 +577,7 @@ impl fuser::Filesystem for JbdFuse {
         datasync: bool,
         reply: ReplyEmpty,
     ) {
-        self.fsync_then_reply(ino, datasync, reply);
+        self.fsync_then_reply(_req, ino, datasync, reply);
     }
 
     /// No ioctls are served (ext3's flag ioctls among them): ENOTTY, what

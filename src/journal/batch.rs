@@ -35,6 +35,13 @@ pub const AUTO_MIN_COMMIT: Duration = Duration::from_millis(5);
 /// sata model at 16 threads, 106 files/s against bdelay=1's 131).
 pub const AUTO_MAX_SLICE: Duration = Duration::from_millis(4);
 
+/// From this commit floor up, a synchronous caller's work (its data, the
+/// batching wait, the commit) is worth moving off the thread that received
+/// it (see `Journal::commits_are_slow`). On ram a commit costs ~0.1 ms and
+/// a hand-off to another thread costs more than it frees; the array model
+/// (1-3 ms) and the sata model (15 ms and more) keep a thread that long.
+pub const SLOW_COMMIT: Duration = Duration::from_millis(1);
+
 /// The batching policy (the `bdelay=` mount option).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Batching {
@@ -147,6 +154,14 @@ impl Journal {
         let _ = floor.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |old| {
             Some(next_floor(old, t))
         });
+    }
+
+    /// Whether this device's commits take long enough (the floor at
+    /// least [`SLOW_COMMIT`]) that callers waiting for one should not hold
+    /// a scarce thread, such as a FUSE worker, while they do.
+    pub fn commits_are_slow(&self) -> bool {
+        let floor = self.counters.floor_commit_micros.load(Ordering::Relaxed);
+        Duration::from_micros(floor) >= SLOW_COMMIT
     }
 
     fn average_commit(&self) -> Duration {

@@ -23,6 +23,7 @@ impl Journal {
              0ms flushing data (in ordered mode)\n  \
              {log}ms logging transaction\n  \
              {avg_us}us average transaction commit time\n  \
+             {floor_us}us fastest recent commit (the device's floor)\n  \
              {handles} handles per transaction\n  \
              {blocks} blocks per transaction\n  \
              {logged} logged blocks per transaction\n  \
@@ -36,6 +37,7 @@ impl Journal {
             logged = per(c.logged_blocks.load(Relaxed)),
             batch = per(c.batch_wait_micros.load(Relaxed)),
             policy = self.batching().label(),
+            floor_us = c.floor_commit_micros.load(Relaxed),
         )
     }
 }
