@@ -70,10 +70,12 @@ def auto_table(res, data):
 
 
 def reference_table(res, data):
-    """jbdfs (auto and best setting) against ext3 and fuse2fs."""
+    """jbdfs (auto and best setting) against ext3 and fuse2fs, and the FUSE
+    floor (fuser answering from memory) where it was run."""
     for dev in ordered({k[1] for k in res if k[0] != "jbdfs" and k[2] == data}, DEVICE_ORDER):
         ext3 = res.get(("ext3", dev, data, "-"), {})
         f2fs = res.get(("fuse2fs", dev, data, "-"), {})
+        floor = res.get(("floor", dev, data, "-"), {})
         mine = {k[3]: v for k, v in res.items() if k[0] == "jbdfs" and k[1] == dev and k[2] == data}
         if not mine:
             continue
@@ -81,12 +83,19 @@ def reference_table(res, data):
         rows = []
         for t in sorted(auto):
             best_b, best = max(((b, r[t]) for b, r in mine.items() if t in r), key=lambda x: x[1])
-            rows.append([str(t), benchreport.num(auto[t]), f"{benchreport.num(best)} ({best_b})",
-                         benchreport.num(ext3.get(t)), benchreport.num(f2fs.get(t)),
-                         benchreport.ratio(auto[t], ext3.get(t)), benchreport.ratio(auto[t], f2fs.get(t))])
+            row = [str(t), benchreport.num(auto[t]), f"{benchreport.num(best)} ({best_b})",
+                   benchreport.num(ext3.get(t)), benchreport.num(f2fs.get(t)),
+                   benchreport.ratio(auto[t], ext3.get(t)), benchreport.ratio(auto[t], f2fs.get(t))]
+            if floor:
+                row += [benchreport.num(floor.get(t)), benchreport.ratio(auto[t], floor.get(t)),
+                        benchreport.ratio(ext3.get(t), floor.get(t))]
+            rows.append(row)
         print(f"\nfs_mark on {dev}, data={data}: jbdfs against Linux ext3 (loop) and fuse2fs, files/s:\n")
-        benchreport.table(["threads", "jbdfs auto", "jbdfs best (bdelay)", "ext3", "fuse2fs",
-                           "auto/ext3", "auto/fuse2fs"], rows)
+        head = ["threads", "jbdfs auto", "jbdfs best (bdelay)", "ext3", "fuse2fs",
+                "auto/ext3", "auto/fuse2fs"]
+        if floor:
+            head += ["FUSE floor", "auto/floor", "ext3/floor"]
+        benchreport.table(head, rows)
 
 
 def stats_table(path, data):
@@ -112,9 +121,10 @@ def charts(res, outdir):
         lines = []
         for b in ordered({k[3] for k in res if k[:3] == ("jbdfs", dev, data)}, BDELAY_ORDER):
             lines.append((f"jbdfs bdelay={b}", res[("jbdfs", dev, data, b)], "-"))
-        for ref in ("ext3", "fuse2fs"):
+        labels = {"ext3": "Linux ext3", "fuse2fs": "fuse2fs", "floor": "FUSE floor (no storage)"}
+        for ref, label in labels.items():
             if (ref, dev, data, "-") in res:
-                lines.append((f"Linux {ref}" if ref == "ext3" else ref, res[(ref, dev, data, "-")], "--"))
+                lines.append((label, res[(ref, dev, data, "-")], "--"))
         name = f"fsmark-{dev}.png" if data == "ordered" else f"fsmark-{dev}-{data}.png"
         # A log scale shows the ramdisk's collapse and the best settings alike.
         benchreport.line_chart(os.path.join(outdir, name),

@@ -6,8 +6,8 @@
 #
 #   scripts/bench-fsmark.sh [--quick] [--devices "ram disk array sata"]
 #       [--bdelay "0 yield 1 2 3 4 jbd2 auto"] [--threads "1 2 4 8 10 16 20"]
-#       [--data "ordered"] [--repeat R] [--seconds S] [--no-refs] [--charts DIR]
-#       [--out FILE]
+#       [--data "ordered"] [--repeat R] [--seconds S] [--no-refs] [--floor]
+#       [--charts DIR] [--out FILE]
 #
 # Prints Markdown tables: files/s in the layout of DESIGN.md's bdelay table,
 # bdelay=auto against the best fixed setting, and jbdfs against ext3 and
@@ -15,6 +15,8 @@
 # 0.5 with --quick), sized from the setting's previous rate. --charts DIR
 # writes fsmark-DEVICE[-DATA].png there (files/s against threads, one line
 # per bdelay value). --out keeps the raw results (TSV). Every image is checked with e2fsck -fn after its run.
+# --floor adds the FUSE floor on ram and disk (examples/fuse_floor.rs: fuser
+# 0.18 answering every request from memory), what FUSE's round trips cost.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -29,6 +31,7 @@ threads="1 2 4 8 10 16 20"
 datas="ordered"
 repeat=1
 refs="ext3 fuse2fs"
+floor=0
 charts=""
 out=""
 seconds=2
@@ -43,9 +46,10 @@ while [ $# -gt 0 ]; do
         --data) datas="$2"; shift ;;
         --repeat) repeat="$2"; shift ;;
         --no-refs) refs="" ;;
+        --floor) floor=1 ;;
         --charts) charts="$2"; shift ;;
         --out) out="$2"; shift ;;
-        -h | --help) sed -n '2,16p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
         *) die "unknown argument: $1" ;;
     esac
     shift
@@ -54,6 +58,14 @@ need_root "fs_mark on FUSE and loop mounts"
 command -v fs_mark >/dev/null || die "fs_mark is missing (scripts/deps.sh installs fsmark)"
 trap mnt_cleanup EXIT
 build_jbdfs
+if [ "$floor" = 1 ]; then
+    refs="$refs floor"
+    if [ "${JBDFS_NO_BUILD:-0}" != 1 ]; then
+        (cd "$JBDFS_ROOT" && cargo build --quiet --release --example fuse_floor) >&2 \
+            || die "building examples/fuse_floor.rs failed"
+    fi
+    [ -x "$JBDFS_BIN_DIR/examples/fuse_floor" ] || die "$JBDFS_BIN_DIR/examples/fuse_floor not found"
+fi
 
 results="${out:-$(mktemp /tmp/jbdfs-fsmark.XXXXXX.tsv)}"
 : >"$results"

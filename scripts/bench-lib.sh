@@ -51,7 +51,8 @@ bench_image() {
 }
 
 # bench_mount FS DEVICE IMAGE DIR LOG DATA [JBDFS_OPTS]: mount IMAGE on DIR
-# with jbdfs, Linux ext3 (loop) or fuse2fs, in data mode DATA.
+# with jbdfs, Linux ext3 (loop) or fuse2fs, in data mode DATA; or mount the
+# FUSE floor (examples/fuse_floor.rs: no storage at all) on DIR.
 bench_mount() {
     local fs="$1" dev="$2" img="$3" dir="$4" log="$5" data="$6" extra="${7:-}" opts
     case "$fs" in
@@ -65,6 +66,18 @@ bench_mount() {
             have_loop || die "no usable loop device for the Linux ext3 reference"
             mount -t ext3 -o "loop,data=$data" "$img" "$dir" || die "mount -o loop $img failed"
             _MNT_KIND["$dir"]=loop
+            ;;
+        floor)
+            # No storage: the image is made and checked only so that every
+            # filesystem runs the same steps.
+            "$JBDFS_BIN_DIR/examples/fuse_floor" "$dir" >>"$log" 2>&1 &
+            _MNT_KIND["$dir"]=floor
+            _MNT_PID["$dir"]=$!
+            for _ in $(seq 1 100); do
+                mountpoint -q "$dir" && break
+                sleep 0.1
+            done
+            mountpoint -q "$dir" || die "fuse_floor did not mount on $dir (log: $log)"
             ;;
         fuse2fs)
             # fuse2fs daemonizes; it does not write its journal.
@@ -82,6 +95,11 @@ bench_umount() {
     case "$fs" in
         jbdfs) umount_jbdfs "$dir" || warn "unmounting jbdfs from $dir failed" ;;
         ext3) umount_ext3 "$dir" ;;
+        floor)
+            fusermount3 -u "$dir" || umount "$dir" || warn "unmounting fuse_floor from $dir failed"
+            wait "${_MNT_PID[$dir]}" 2>/dev/null || true
+            unset "_MNT_KIND[$dir]" "_MNT_PID[$dir]"
+            ;;
         fuse2fs)
             umount "$dir" || warn "unmounting fuse2fs from $dir failed"
             unset "_MNT_KIND[$dir]"

@@ -36,6 +36,17 @@ const TTL: Duration = Duration::from_secs(1);
 /// back to the daemon.
 const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
 
+/// What the adapter asks the kernel for at FUSE_INIT (and gets where the
+/// kernel offers it). Public for examples/fuse_floor.rs, which negotiates
+/// the same so that it measures the same protocol.
+pub const WANTED_INIT_FLAGS: InitFlags = InitFlags::FUSE_ASYNC_READ
+    .union(InitFlags::FUSE_BIG_WRITES)
+    .union(InitFlags::FUSE_WRITEBACK_CACHE)
+    .union(InitFlags::FUSE_PARALLEL_DIROPS)
+    .union(InitFlags::FUSE_DO_READDIRPLUS)
+    .union(InitFlags::FUSE_READDIRPLUS_AUTO)
+    .union(InitFlags::FUSE_MAX_PAGES);
+
 thread_local! {
     /// Each worker's read buffer, kept across requests (see
     /// `Filesystem::read_buf`): a fresh zeroed buffer per read cost about
@@ -182,13 +193,7 @@ fn sized(reply: ReplyXattr, data: &[u8], size: u32) {
 
 impl fuser::Filesystem for JbdFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let wanted = InitFlags::FUSE_ASYNC_READ
-            | InitFlags::FUSE_BIG_WRITES
-            | InitFlags::FUSE_WRITEBACK_CACHE
-            | InitFlags::FUSE_PARALLEL_DIROPS
-            | InitFlags::FUSE_DO_READDIRPLUS
-            | InitFlags::FUSE_READDIRPLUS_AUTO
-            | InitFlags::FUSE_MAX_PAGES;
+        let wanted = WANTED_INIT_FLAGS;
         let offered = config.capabilities();
         let _ = config.add_capabilities(wanted & offered);
         let _ = config.set_max_write(MAX_WRITE);
