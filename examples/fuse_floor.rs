@@ -17,8 +17,9 @@ use std::time::{Duration, SystemTime};
 
 use fuser::{
     BsdFileFlags, Config, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo,
-    KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate, ReplyEmpty,
-    ReplyEntry, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate, ReplyDirectory,
+    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
+    TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
 
@@ -76,6 +77,19 @@ impl Floor {
         t.names.insert(key, ino);
         t.attrs.insert(ino, a);
         Ok(a)
+    }
+
+    /// The directory's entries by name; offsets are positions in that order.
+    fn entries(&self, dir: INodeNo) -> Vec<(OsString, FileAttr)> {
+        let t = self.tree.lock();
+        let mut out: Vec<(OsString, FileAttr)> = t
+            .names
+            .iter()
+            .filter(|((parent, _), _)| *parent == dir.0)
+            .map(|((_, name), child)| (name.clone(), t.attrs[child]))
+            .collect();
+        out.sort_by(|a, b| a.0.cmp(&b.0));
+        out
     }
 }
 
@@ -151,6 +165,53 @@ impl fuser::Filesystem for Floor {
             Ok(a) => reply.entry(&TTL, &a, Generation(0)),
             Err(e) => reply.error(e),
         }
+    }
+
+    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        let mut t = self.tree.lock();
+        match t.names.remove(&(parent.0, name.to_os_string())) {
+            Some(ino) => {
+                t.attrs.remove(&ino);
+                reply.ok()
+            }
+            None => reply.error(Errno::ENOENT),
+        }
+    }
+
+    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+        self.unlink(req, parent, name, reply)
+    }
+
+    fn readdir(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectory,
+    ) {
+        for (i, (name, a)) in self.entries(ino).iter().enumerate().skip(offset as usize) {
+            if reply.add(a.ino, i as u64 + 1, a.kind, name) {
+                break;
+            }
+        }
+        reply.ok();
+    }
+
+    fn readdirplus(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        mut reply: ReplyDirectoryPlus,
+    ) {
+        for (i, (name, a)) in self.entries(ino).iter().enumerate().skip(offset as usize) {
+            if reply.add(a.ino, i as u64 + 1, name, &TTL, a, Generation(0)) {
+                break;
+            }
+        }
+        reply.ok();
     }
 
     fn create(
