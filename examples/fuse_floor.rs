@@ -1,14 +1,15 @@
 //! The floor of a FUSE filesystem on this machine: names and sizes in
 //! memory, no storage, no journal, every request answered at once, with the
 //! mount options and init flags jbdfs uses. fs_mark on it measures what the
-//! kernel's FUSE round trips alone cost (scripts/bench-fuse-floor.sh), the
+//! kernel's FUSE round trips alone cost (`scripts/bench-fsmark.sh --floor`,
+//! `scripts/bench-tree.sh --floor`), the
 //! reference that shows how much of jbdfs's gap to Linux ext3 any FUSE
 //! filesystem under fuser 0.18 pays.
 //!
 //!     cargo run --release --example fuse_floor -- MOUNTPOINT [THREADS]
 //!
 //! Serves until unmounted (fusermount3 -u MOUNTPOINT). Regular files and
-//! directories only; data is counted, not kept.
+//! directories only; data is counted, not kept (reads return zeros).
 
 use std::collections::HashMap;
 use std::ffi::{OsStr, OsString};
@@ -17,11 +18,15 @@ use std::time::{Duration, SystemTime};
 
 use fuser::{
     BsdFileFlags, Config, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo,
-    KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate, ReplyDirectory,
-    ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyStatfs, ReplyWrite, ReplyXattr, Request,
-    TimeOrNow, WriteFlags,
+    KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
+    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyStatfs, ReplyWrite,
+    ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 use parking_lot::Mutex;
+
+thread_local! {
+    static ZEROS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
 
 const TTL: Duration = Duration::from_secs(1);
 const ROOT: u64 = 1;
@@ -234,6 +239,31 @@ impl fuser::Filesystem for Floor {
             ),
             Err(e) => reply.error(e),
         }
+    }
+
+    /// Zeros up to the file's size: the floor keeps no data.
+    fn read(
+        &self,
+        _req: &Request,
+        ino: INodeNo,
+        _fh: FileHandle,
+        offset: u64,
+        size: u32,
+        _flags: OpenFlags,
+        _lock: Option<LockOwner>,
+        reply: ReplyData,
+    ) {
+        let len = match self.tree.lock().attrs.get(&ino.0) {
+            Some(a) => a.size.saturating_sub(offset).min(size as u64) as usize,
+            None => return reply.error(Errno::ENOENT),
+        };
+        ZEROS.with(|z| {
+            let mut z = z.borrow_mut();
+            if z.len() < len {
+                z.resize(len, 0);
+            }
+            reply.data(&z[..len]);
+        });
     }
 
     fn write(

@@ -163,24 +163,37 @@ def report_results(args):
     med = {k: {p: min(v) for p, v in d.items()} for k, d in res.items()}
     for dev in sorted({d for _, d in med}):
         mine, ext3 = med.get(("jbdfs", dev), {}), med.get(("ext3", dev), {})
+        floor = med.get(("floor", dev), {})
+        secs = lambda r: f"{r[0]:.2f}" if r else "–"  # noqa: E731
+        rate = lambda r: f"{r[1] / r[0]:.1f}" if r and r[1] and r[0] > 0 else "–"  # noqa: E731
+        first = lambda r: r[0] if r else None  # noqa: E731
         rows = []
         for p in PHASES:
-            a, b = mine.get(p), ext3.get(p)
-            rate = lambda r: f"{r[1] / r[0]:.1f}" if r and r[1] and r[0] > 0 else "–"  # noqa: E731
-            rows.append([p, f"{a[0]:.2f}" if a else "–", rate(a), f"{b[0]:.2f}" if b else "–", rate(b),
-                         report.ratio(a[0] if a else None, b[0] if b else None)])
-        total = [sum(d[p][0] for p in PHASES if p in d) for d in (mine, ext3)]
-        rows.append(["total", f"{total[0]:.2f}", "", f"{total[1]:.2f}", "", report.ratio(total[0], total[1])])
+            a, b, c = mine.get(p), ext3.get(p), floor.get(p)
+            row = [p, secs(a), rate(a), secs(b), rate(b), report.ratio(first(a), first(b))]
+            if floor:
+                row += [secs(c), report.ratio(first(c), first(b)), report.ratio(first(a), first(c))]
+            rows.append(row)
+        total = [sum(d[p][0] for p in PHASES if p in d) for d in (mine, ext3, floor)]
+        row = ["total", f"{total[0]:.2f}", "", f"{total[1]:.2f}", "", report.ratio(total[0], total[1])]
+        if floor:
+            row += [f"{total[2]:.2f}", report.ratio(total[2], total[1]), report.ratio(total[0], total[2])]
+        rows.append(row)
         print(f"\nSource tree (compilebench-like) on {dev}: seconds per phase, best of the repeats "
               "(lower is better), "
               f"MiB/s where data moves; ratio = jbdfs time / ext3 time:\n")
-        report.table(["phase", "jbdfs s", "jbdfs MiB/s", "ext3 s", "ext3 MiB/s", "jbdfs/ext3"], rows)
+        head = ["phase", "jbdfs s", "jbdfs MiB/s", "ext3 s", "ext3 MiB/s", "jbdfs/ext3"]
+        if floor:
+            head += ["FUSE floor s", "floor/ext3", "jbdfs/floor"]
+        report.table(head, rows)
         if args.charts:
+            bars = [("jbdfs", [mine.get(p, (None,))[0] for p in PHASES]),
+                    ("Linux ext3", [ext3.get(p, (None,))[0] for p in PHASES])]
+            if floor:
+                bars.append(("FUSE floor (no storage)", [floor.get(p, (None,))[0] for p in PHASES]))
             report.bar_chart(os.path.join(args.charts, f"tree-{dev}.png"),
                              f"compilebench-like phases on {dev} (seconds, lower is better)",
-                             "seconds", PHASES,
-                             [("jbdfs", [mine.get(p, (None,))[0] for p in PHASES]),
-                              ("Linux ext3", [ext3.get(p, (None,))[0] for p in PHASES])])
+                             "seconds", PHASES, bars)
 
 
 def main():

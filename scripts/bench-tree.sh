@@ -5,7 +5,10 @@
 # jbdfs/ext3, and checks every image with e2fsck -fn.
 #
 #   scripts/bench-tree.sh [--quick] [--devices "ram disk"] [--files N]
-#       [--repeat R] [--data MODE] [--opts JBDFS_OPTS] [--charts DIR] [--out FILE]
+#       [--repeat R] [--data MODE] [--opts JBDFS_OPTS] [--floor] [--charts DIR] [--out FILE]
+#
+# --floor adds the FUSE floor (examples/fuse_floor.rs: fuser 0.18 answering
+# every request from memory, keeping no data) beside ext3.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -19,6 +22,7 @@ files=3000
 repeat=1
 data=ordered
 opts=""
+refs=ext3
 charts=""
 out=""
 while [ $# -gt 0 ]; do
@@ -31,7 +35,8 @@ while [ $# -gt 0 ]; do
         --opts) opts="$2"; shift ;;
         --charts) charts="$2"; shift ;;
         --out) out="$2"; shift ;;
-        -h | --help) sed -n '2,9p' "$0"; exit 0 ;;
+        --floor) refs="ext3 floor" ;;
+        -h | --help) sed -n '2,12p' "$0"; exit 0 ;;
         *) die "unknown argument: $1" ;;
     esac
     shift
@@ -39,13 +44,17 @@ done
 need_root "FUSE and loop mounts"
 trap mnt_cleanup EXIT
 build_jbdfs
+if [ "$refs" != ext3 ] && [ "${JBDFS_NO_BUILD:-0}" != 1 ]; then
+    (cd "$JBDFS_ROOT" && cargo build --quiet --release --example fuse_floor) >&2 \
+        || die "building examples/fuse_floor.rs failed"
+fi
 
 results="${out:-$(mktemp /tmp/jbdfs-tree.XXXXXX.tsv)}"
 : >"$results"
 log="$(mktemp /tmp/jbdfs-tree.XXXXXX.log)"
 info "raw results: $results; mount and fsck log: $log"
 
-bench_workload ext3 "$data" "$opts" "$results" "$log" "$repeat" "$devices" \
+bench_workload "$refs" "$data" "$opts" "$results" "$log" "$repeat" "$devices" \
     "$BENCH_PYTHON" "$JBDFS_ROOT/scripts/bench-tree.py" run --files "$files" --drop-caches
 
 report=("$JBDFS_ROOT/scripts/bench-tree.py" report "$results")
