@@ -34,12 +34,17 @@ pub struct Runners {
     /// positive, so every queued job has a runner coming for it.
     spare: AtomicIsize,
     live: AtomicUsize,
+    idle_exit: Duration,
 }
 
 impl Runners {
     /// A pool of at most `max` runners named `name`; none start until
     /// there is a job.
     pub fn new(name: &'static str, max: usize) -> Arc<Self> {
+        Self::with_idle_exit(name, max, IDLE_EXIT)
+    }
+
+    fn with_idle_exit(name: &'static str, max: usize, idle_exit: Duration) -> Arc<Self> {
         let (jobs, queue) = crossbeam_channel::unbounded();
         Arc::new(Runners {
             name,
@@ -48,6 +53,7 @@ impl Runners {
             queue,
             spare: AtomicIsize::new(0),
             live: AtomicUsize::new(0),
+            idle_exit,
         })
     }
 
@@ -89,7 +95,7 @@ impl Runners {
     /// [`IDLE_EXIT`] with no job owed to it.
     fn serve(&self) {
         loop {
-            match self.queue.recv_timeout(IDLE_EXIT) {
+            match self.queue.recv_timeout(self.idle_exit) {
                 Ok(job) => {
                     job();
                     self.spare.fetch_add(1, Ordering::AcqRel);
@@ -147,6 +153,25 @@ mod tests {
             }
         }
         assert_eq!(pool.live(), 1);
+    }
+
+    #[test]
+    fn idle_runners_end_and_new_jobs_start_new_ones() {
+        let pool = Runners::with_idle_exit("test-runner", 8, Duration::from_millis(20));
+        for round in 0..3 {
+            let (tx, rx) = crossbeam_channel::bounded(1);
+            pool.run(Box::new(move || tx.send(round).unwrap()));
+            assert_eq!(rx.recv().unwrap(), round);
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while pool.live() > 0 {
+                assert!(
+                    std::time::Instant::now() < deadline,
+                    "an idle runner never ended"
+                );
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            assert_eq!(pool.spare.load(Ordering::Acquire), 0);
+        }
     }
 
     #[test]
