@@ -1,10 +1,9 @@
 //! The floor of a FUSE filesystem on this machine: names and sizes in
 //! memory, no storage, no journal, every request answered at once, with the
-//! mount options and init flags jbdfs uses. fs_mark on it measures what the
-//! kernel's FUSE round trips alone cost (`scripts/bench-fsmark.sh --floor`,
-//! `scripts/bench-tree.sh --floor`), the
-//! reference that shows how much of jbdfs's gap to Linux ext3 any FUSE
-//! filesystem under fuser 0.18 pays.
+//! init flags jbdfs negotiates. fs_mark and the source-tree workload on it
+//! (`scripts/bench-fsmark.sh --floor`, `scripts/bench-tree.sh --floor`)
+//! measure what the kernel's FUSE round trips alone cost: the part of
+//! jbdfs's gap to Linux ext3 that any filesystem under fuser 0.18 pays.
 //!
 //!     cargo run --release --example fuse_floor -- MOUNTPOINT [THREADS]
 //!

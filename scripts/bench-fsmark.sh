@@ -60,11 +60,7 @@ trap mnt_cleanup EXIT
 build_jbdfs
 if [ "$floor" = 1 ]; then
     refs="$refs floor"
-    if [ "${JBDFS_NO_BUILD:-0}" != 1 ]; then
-        (cd "$JBDFS_ROOT" && cargo build --quiet --release --example fuse_floor) >&2 \
-            || die "building examples/fuse_floor.rs failed"
-    fi
-    [ -x "$JBDFS_BIN_DIR/examples/fuse_floor" ] || die "$JBDFS_BIN_DIR/examples/fuse_floor not found"
+    bench_build_floor
 fi
 
 results="${out:-$(mktemp /tmp/jbdfs-fsmark.XXXXXX.tsv)}"

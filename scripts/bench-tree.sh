@@ -44,10 +44,7 @@ done
 need_root "FUSE and loop mounts"
 trap mnt_cleanup EXIT
 build_jbdfs
-if [ "$refs" != ext3 ] && [ "${JBDFS_NO_BUILD:-0}" != 1 ]; then
-    (cd "$JBDFS_ROOT" && cargo build --quiet --release --example fuse_floor) >&2 \
-        || die "building examples/fuse_floor.rs failed"
-fi
+[ "$refs" != ext3 ] && bench_build_floor
 
 results="${out:-$(mktemp /tmp/jbdfs-tree.XXXXXX.tsv)}"
 : >"$results"

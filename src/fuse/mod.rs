@@ -128,31 +128,32 @@ impl JbdFuse {
     /// An fsync whose reply is sent by the thread that finishes the
     /// commit: this worker goes back to the kernel for the next request
     /// instead of sleeping until the commit ends and being woken only to
-    /// reply.
-    /// An fsync, answered by whichever thread finishes its commit. On a
-    /// device whose commits are slow, the data write, the batching wait
-    /// and the commit run on a runner instead of this worker, so that a
-    /// few workers can keep any number of fsyncs waiting together.
+    /// reply. On a device whose commits are slow, the data write, the
+    /// batching wait and the commit also run on a runner instead of this
+    /// worker, so that a few workers can keep any number of fsyncs waiting
+    /// together.
     fn fsync_then_reply(&self, req: &Request, ino: INodeNo, datasync: bool, reply: ReplyEmpty) {
         let fs = self.fs.clone();
-        let done = move |res: Result<(), FsError>| match res {
-            Ok(()) => reply.ok(),
-            Err(e) => {
-                fs.report_error(&e, "jbdfs_fsync");
-                reply.error(errno(&e));
-            }
-        };
         let pid = req.pid();
-        crate::journal::set_caller(pid);
+        let job = move || {
+            crate::journal::set_caller(pid);
+            let reporter = fs.clone();
+            let done = move |res: Result<(), FsError>| match res {
+                Ok(()) => reply.ok(),
+                Err(e) => {
+                    reporter.report_error(&e, "jbdfs_fsync");
+                    reply.error(errno(&e));
+                }
+            };
+            fs.fsync_then(to_ext3(ino), datasync, Box::new(done));
+        };
         if !self.fs.journal().commits_are_slow() {
-            return self.fs.fsync_then(to_ext3(ino), datasync, Box::new(done));
+            return job();
         }
-        let fs = self.fs.clone();
         let span = tracing::Span::current();
         self.fsync_runners.run(Box::new(move || {
             let _s = span.entered();
-            crate::journal::set_caller(pid);
-            fs.fsync_then(to_ext3(ino), datasync, Box::new(done));
+            job();
         }));
     }
 
