@@ -38,6 +38,10 @@ pub struct Buffer {
     data: RwLock<Box<[u8]>>,
     state: AtomicU64,
     uptodate: AtomicBool,
+    /// The block was freed while the journal still pinned this buffer
+    /// (`BufferCache::forget`): its bytes are only the journal's now, and
+    /// the buffer leaves the cache with its last pin.
+    forgotten: AtomicBool,
     pins: AtomicU32,
     /// What the buffers of one cache share: the count of pinned buffers
     /// (kept by the buffers, so that every pin and unpin, whoever makes it,
@@ -56,6 +60,7 @@ impl Buffer {
             data: RwLock::new(shared.pool.zeroed()),
             state: AtomicU64::new(0),
             uptodate: AtomicBool::new(uptodate),
+            forgotten: AtomicBool::new(false),
             pins: AtomicU32::new(0),
             shared,
             writeback: Mutex::new(()),
@@ -127,6 +132,15 @@ impl Buffer {
             Ok(_) => {}
             Err(_) => tracing::warn!(block = self.block.0, "unpin of an unpinned buffer"),
         }
+    }
+
+    /// Whether the block was freed under a pin (see the field).
+    pub fn is_forgotten(&self) -> bool {
+        self.forgotten.load(Ordering::Acquire)
+    }
+
+    pub(super) fn set_forgotten(&self) {
+        self.forgotten.store(true, Ordering::Release);
     }
 
     pub fn is_pinned(&self) -> bool {
@@ -227,6 +241,7 @@ impl std::fmt::Debug for Buffer {
             .field("uptodate", &self.is_uptodate())
             .field("dirty", &self.is_dirty())
             .field("pins", &self.pin_count())
+            .field("forgotten", &self.is_forgotten())
             .finish()
     }
 }

@@ -174,10 +174,27 @@ impl BufferCache {
     /// Undoes one [`Buffer::pin`] and, once the buffer is no longer pinned,
     /// puts it back where eviction can see it. The journal unpins this way;
     /// a bare [`Buffer::unpin`] leaves it parked until [`Self::shrink`].
+    /// A buffer forgotten while pinned leaves the cache here instead: its
+    /// bytes belong to a freed block, and the block's next owner must
+    /// neither read them (a data read that looks in the cache, a `get`)
+    /// nor write them home.
     pub fn unpin(&self, buf: &Buffer) {
         buf.unpin();
-        if !buf.is_pinned() {
-            self.shard(buf.block()).lock().unpark(buf.block());
+        if buf.is_pinned() {
+            return;
+        }
+        let removed = {
+            let mut shard = self.shard(buf.block()).lock();
+            match buf.is_forgotten() {
+                true => shard.remove_if(buf.block(), |b| std::ptr::eq(&**b, buf)),
+                false => {
+                    shard.unpark(buf.block());
+                    None
+                }
+            }
+        };
+        if removed.is_some() {
+            self.released(1);
         }
     }
 
@@ -276,19 +293,25 @@ impl BufferCache {
     /// counted as an access.
     pub fn peek(&self, block: BlockNo) -> Option<Arc<Buffer>> {
         let shard = self.shard(block).lock();
-        shard.peek(block).filter(|b| b.is_uptodate()).cloned()
+        shard
+            .peek(block)
+            .filter(|b| b.is_uptodate() && !b.is_forgotten())
+            .cloned()
     }
 
     /// Drops `block` from the cache and any dirtiness with it: the caller
     /// says the contents are dead (the block was freed). A pinned buffer
     /// stays cached, clean, for the journal to finish with, so that a later
-    /// lookup cannot create a second buffer for the same block.
+    /// lookup cannot create a second buffer for the same block; it is
+    /// marked forgotten, hidden from `peek`, and dropped at its last unpin
+    /// ([`Self::unpin`]).
     pub fn forget(&self, block: BlockNo) {
         let removed = {
             let mut shard = self.shard(block).lock();
             match shard.peek(block) {
                 Some(b) if b.is_pinned() => {
                     b.clear_dirty();
+                    b.set_forgotten();
                     None
                 }
                 _ => shard.remove(block),
@@ -371,6 +394,13 @@ impl BufferCache {
         victims: &mut Vec<Arc<Buffer>>,
     ) -> Lookup {
         if let Some(b) = shard.lookup(block).cloned() {
+            if b.is_forgotten() && !b.is_pinned() {
+                // Unpinned behind the cache's back (a bare `Buffer::unpin`):
+                // its bytes are dead, so it makes way for a fresh buffer.
+                shard.remove(block);
+                self.released(1);
+                return self.lookup_locked(shard, block, access, victims);
+            }
             let hit = b.is_uptodate();
             count_access(shard, access, hit);
             return Lookup {

@@ -113,6 +113,18 @@ impl Shard {
         Some(self.slots.get_mut(i)?.take()?.buf)
     }
 
+    /// Removes `block`'s buffer if `pred` holds for it.
+    pub(super) fn remove_if(
+        &mut self,
+        block: BlockNo,
+        pred: impl FnOnce(&Arc<Buffer>) -> bool,
+    ) -> Option<Arc<Buffer>> {
+        match self.peek(block) {
+            Some(b) if pred(b) => self.remove(block),
+            _ => None,
+        }
+    }
+
     /// Every buffer of the shard, on the ring or parked.
     pub(super) fn buffers(&self) -> impl Iterator<Item = &Arc<Buffer>> {
         self.ring().chain(self.parked.values())

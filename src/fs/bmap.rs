@@ -78,6 +78,14 @@ impl Filesystem {
         Ok(BlockNo(b))
     }
 
+    /// The disk block holding logical block `logical` of `ino`, or `None`
+    /// for a hole (FIBMAP's answer).
+    pub fn bmap(&self, ino: InodeNo, logical: u32) -> Result<Option<BlockNo>> {
+        let inode = self.iget(ino)?;
+        let st = inode.state.read();
+        Ok(self.map_blocks(ino, &st, logical, 1)?.physical)
+    }
+
     /// Maps up to `max` blocks from `logical` without allocating.
     pub fn map_blocks(
         &self,

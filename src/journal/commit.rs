@@ -215,10 +215,9 @@ impl Journal {
         for old in replaced {
             self.release_checkpointed(old);
         }
+        // Freed, so forgotten in the cache: the last unpin drops them.
         for c in forgotten {
-            let block = c.buf.block();
             self.release_checkpointed(c);
-            self.cache.forget(block);
         }
         {
             let mut pending = self.pending_free.lock();

@@ -135,15 +135,52 @@ fn forget_drops_the_block_and_its_dirtiness() {
 }
 
 #[test]
-fn forget_keeps_a_pinned_buffer_cached_but_clean() {
+fn forget_keeps_a_pinned_buffer_cached_but_clean_and_hidden() {
     let (_dev, cache) = setup(16, 64);
     let b = cache.get_new(BlockNo(6)).unwrap();
     b.pin();
     b.mark_dirty();
-    drop(b);
     cache.forget(BlockNo(6));
-    let b = cache.peek(BlockNo(6)).unwrap();
-    assert!(b.is_pinned() && !b.is_dirty());
+    assert!(b.is_pinned() && !b.is_dirty() && b.is_forgotten());
+    assert!(
+        cache.peek(BlockNo(6)).is_none(),
+        "dead bytes are not offered"
+    );
+    assert_eq!(
+        cache.stats().cached_bytes,
+        BS as u64,
+        "still cached for the journal"
+    );
+}
+
+#[test]
+fn a_forgotten_buffer_leaves_the_cache_with_its_last_pin() {
+    let (dev, cache) = setup(16, 64);
+    put_on_disk(&dev, 6, 5);
+    let b = cache.get(BlockNo(6)).unwrap();
+    b.pin();
+    b.write().fill(9); // a journaled change, then the block is freed
+    cache.forget(BlockNo(6));
+    cache.unpin(&b);
+    drop(b);
+    assert_eq!(cache.stats().cached_bytes, 0);
+    let again = cache.get(BlockNo(6)).unwrap();
+    assert_eq!(again.read()[0], 5, "the next owner reads the device");
+}
+
+#[test]
+fn a_forgotten_buffer_unpinned_behind_the_caches_back_is_replaced() {
+    let (dev, cache) = setup(16, 64);
+    put_on_disk(&dev, 6, 5);
+    let b = cache.get(BlockNo(6)).unwrap();
+    b.pin();
+    b.write().fill(9);
+    cache.forget(BlockNo(6));
+    b.unpin();
+    assert!(cache.peek(BlockNo(6)).is_none());
+    let again = cache.get(BlockNo(6)).unwrap();
+    assert!(!Arc::ptr_eq(&again, &b));
+    assert_eq!(again.read()[0], 5);
 }
 
 #[test]
