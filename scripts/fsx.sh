@@ -1,30 +1,45 @@
 #!/usr/bin/env bash
-# Run fsx (the File System eXerciser, crates.io `fsx` 0.3) inside a jbdfs mount.
+# Run fsx (the File System eXerciser, crates.io `fsx` 0.3) inside jbdfs mounts.
 #
 #   scripts/fsx.sh [OPTIONS]
 #
 #   -N OPS            operations per run (default 100000)
 #   --seeds "S..."    seeds, one run each (default "1 2 3")
 #   --block-sizes "B..."  image block sizes (default "4096 1024")
-#   --flen BYTES      maximum file size (default 8388608: reaches the double
-#                     indirect blocks with 4 KiB blocks)
+#   --modes "M..."    data modes, one mount each (default "ordered")
+#   --config C        fsx configuration: project (the file below: 8 MiB
+#                     files, mmap-heavy weights), default (fsx's own: no
+#                     -f; short files, truncate and mmap mixed in), or both
+#                     (default project)
+#   --flen BYTES      the project configuration's maximum file size
+#                     (default 8388608: the double indirect blocks at 4 KiB)
+#   --jobs J          fsx processes at once, each on its own file in the
+#                     same mount (default 1)
+#   --hog N           CPU-burning processes beside them for the whole run
+#                     (default 0): races hide on a quiet machine
+#   --stress          several fsx at once under load: --jobs 2, --hog as
+#                     many as there are CPUs, both configurations, all
+#                     three data modes, 1 KiB and 4 KiB blocks
+#   --quick           with --stress: seeds "11 13", 20000 operations, fsx's
+#                     default configuration only (what CI runs)
 #   --mount-opts OPTS extra jbdfs -o options (default none)
 #   --logs DIR        where logs go (default a new directory in $JBDFS_WORKDIR)
 #   --keep            keep the images
 #
-# For each block size: makes a 512 MiB image with mkfs-jbdfs; for each seed:
-# mounts it with jbdfs, runs `fsx -N OPS -S SEED` on a file in it, unmounts
-# with scripts/umount.fuse.jbdfs and checks the image with `e2fsck -fn`.
-# The image is kept across the seeds of one block size, so each run also
-# finds the earlier runs' files after a remount. fsx does pread/pwrite,
-# mmap reads and writes, msync(MS_INVALIDATE), ftruncate, fsync, fdatasync,
-# posix_fallocate (fallocate mode 0), sendfile, posix_fadvise,
-# copy_file_range and close/reopen; punch_hole is off (ext3 cannot punch
-# holes, nor can jbdfs). A failing run leaves fsx's log (with its LOG DUMP of
-# the last operations) and the .fsxgood/.fsxbad files in the logs directory.
+# For each block size, data mode and configuration: makes a 1 GiB image
+# with mkfs-jbdfs, mounts it, runs the seeds --jobs at a time (each fsx on
+# its own file), unmounts with scripts/umount.fuse.jbdfs and checks the
+# image with `e2fsck -fn`. fsx does pread/pwrite, mmap reads and writes,
+# msync(MS_INVALIDATE), ftruncate, fsync, fdatasync, posix_fallocate,
+# sendfile, posix_fadvise, copy_file_range and close/reopen, checking every
+# read against its own copy of the file; punch_hole is off in the project
+# configuration (jbdfs cannot punch holes yet). A failing run leaves fsx's
+# log (with its LOG DUMP of the last operations) and the .fsxgood/.fsxbad
+# files in the logs directory.
 #
 # Prints `fsx: N runs, F failed` and exits non-zero if any run, unmount or
-# e2fsck failed. Needs root and /dev/fuse. See docs/PJDFSTEST.md.
+# e2fsck failed, or the daemon panicked. Needs root and /dev/fuse. See
+# docs/PJDFSTEST.md.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -35,7 +50,13 @@ set -euo pipefail
 ops=100000
 seeds="1 2 3"
 block_sizes="4096 1024"
+modes="ordered"
+configs="project"
 flen=8388608
+jobs=1
+hogs=0
+stress=0
+quick=0
 mount_opts=""
 logs=""
 while [ $# -gt 0 ]; do
@@ -43,19 +64,55 @@ while [ $# -gt 0 ]; do
         -N) ops="$2"; shift ;;
         --seeds) seeds="$2"; shift ;;
         --block-sizes) block_sizes="$2"; shift ;;
+        --modes) modes="$2"; shift ;;
+        --config)
+            case "$2" in
+                project | default) configs="$2" ;;
+                both) configs="default project" ;;
+                *) die "--config takes project, default or both" ;;
+            esac
+            shift ;;
         --flen) flen="$2"; shift ;;
+        --jobs) jobs="$2"; shift ;;
+        --hog) hogs="$2"; shift ;;
+        --stress) stress=1 ;;
+        --quick) quick=1 ;;
         --mount-opts) mount_opts="$2"; shift ;;
         --logs) logs="$2"; shift ;;
         --keep) MNT_KEEP=1 ;;
-        -h | --help) sed -n '2,30s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,43s/^# \{0,1\}//p' "$0"; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
     shift
 done
+if [ "$stress" = 1 ]; then
+    # The matrix is the point of --stress; -N and --seeds still choose
+    # the length and the seeds, unless --quick picks CI's.
+    jobs=2
+    hogs="$(nproc)"
+    modes="ordered writeback journal"
+    block_sizes="1024 4096"
+    configs="default project"
+    if [ "$quick" = 1 ]; then
+        seeds="11 13"
+        ops=20000
+        configs="default"
+    fi
+fi
 
 need_root "fsx.sh (it mounts jbdfs)"
 [ -e /dev/fuse ] || die "/dev/fuse is missing"
-trap mnt_cleanup EXIT
+
+hog_pids=()
+stop_hogs() {
+    [ "${#hog_pids[@]}" -gt 0 ] && kill "${hog_pids[@]}" 2>/dev/null || true
+    hog_pids=()
+}
+cleanup() {
+    stop_hogs
+    mnt_cleanup
+}
+trap cleanup EXIT
 trap 'exit 130' INT TERM HUP
 
 section "tools"
@@ -65,8 +122,7 @@ build_jbdfs
 mkdir -p "$logs"
 info "logs in $logs"
 
-config="$logs/fsx.toml"
-cat >"$config" <<EOF
+cat >"$logs/project.toml" <<EOF
 # fsx configuration for jbdfs (scripts/fsx.sh)
 flen = $flen
 
@@ -86,55 +142,94 @@ truncate = 2
 fsync = 1
 fdatasync = 1
 posix_fallocate = 1
-punch_hole = 0        # ext3 cannot punch holes (FALLOC_FL_PUNCH_HOLE)
+punch_hole = 0        # jbdfs cannot punch holes yet (FALLOC_FL_PUNCH_HOLE)
 sendfile = 1
 posix_fadvise = 1
 copy_file_range = 1
 EOF
 
-img=""
-mnt=""
+for ((i = 0; i < hogs; i++)); do
+    (while :; do :; done) &
+    hog_pids+=("$!")
+done
+[ "$hogs" -gt 0 ] && info "$hogs CPU hogs running"
+
 runs=0
 failed=0
 problems=()
-for bs in $block_sizes; do
-    section "fsx on a ${bs}-byte-block image"
-    new_image img "$bs" 512M
-    new_mountpoint mnt jbdfs-fsx-mnt
-    for seed in $seeds; do
-        runs=$((runs + 1))
-        name="b$bs-s$seed"
-        mount_jbdfs "$img" "$mnt" "$logs/jbdfs-$name.log" "$mount_opts"
-        info "fsx -N $ops -S $seed ($name)"
+
+# run_one NAME SEED CONFIG MNT: one fsx run on its own file; its status in
+# $logs/NAME.rc.
+run_one() {
+    local name="$1" seed="$2" config="$3" mnt="$4" args=() rc=0
+    [ "$config" = project ] && args=(-f "$logs/project.toml")
+    "$fsx" "${args[@]}" -N "$ops" -S "$seed" -P "$logs" "$mnt/fsx-$name" \
+        >"$logs/fsx-$name.log" 2>&1 || rc=$?
+    echo "$rc" >"$logs/$name.rc"
+}
+
+# run_seeds GROUP CONFIG MNT: every seed, --jobs at a time; counts failures.
+run_seeds() {
+    local group="$1" config="$2" mnt="$3" batch=() pids=() seed name start i
+    set -- $seeds
+    while [ $# -gt 0 ]; do
+        batch=()
+        pids=()
+        for ((i = 0; i < jobs && $# > 0; i++)); do
+            batch+=("$1")
+            shift
+        done
         start=$SECONDS
-        rc=0
-        "$fsx" -f "$config" -N "$ops" -S "$seed" -P "$logs" "$mnt/fsx-$name" \
-            >"$logs/fsx-$name.log" 2>&1 || rc=$?
-        ok=1
-        if [ "$rc" -eq 0 ]; then
-            info "$name: passed in $((SECONDS - start)) s"
-        else
-            ok=0
-            warn "$name: fsx exited with status $rc; last lines of $logs/fsx-$name.log:"
-            tail -n 40 "$logs/fsx-$name.log" >&2
-            problems+=("$name: fsx status $rc")
-        fi
-        if ! umount_jbdfs "$mnt"; then
-            ok=0
-            problems+=("$name: unmount failed")
-        fi
-        if ! check_image "$img" "$logs/e2fsck-$name.log"; then
-            ok=0
-            problems+=("$name: e2fsck -fn failed (see $logs/e2fsck-$name.log)")
-        fi
-        if grep -q 'panicked' "$logs/jbdfs-$name.log"; then
-            ok=0
-            grep -A3 'panicked' "$logs/jbdfs-$name.log" >&2
-            problems+=("$name: jbdfs panicked (see $logs/jbdfs-$name.log)")
-        fi
-        [ "$ok" -eq 1 ] || failed=$((failed + 1))
+        for seed in "${batch[@]}"; do
+            run_one "$group-s$seed" "$seed" "$config" "$mnt" &
+            pids+=("$!")
+        done
+        wait "${pids[@]}" || true
+        for seed in "${batch[@]}"; do
+            name="$group-s$seed"
+            runs=$((runs + 1))
+            if [ "$(cat "$logs/$name.rc")" -eq 0 ]; then
+                info "$name: A-OK ($((SECONDS - start)) s)"
+            else
+                failed=$((failed + 1))
+                warn "$name: fsx failed; last lines of $logs/fsx-$name.log:"
+                tail -n 30 "$logs/fsx-$name.log" >&2
+                problems+=("$name: fsx status $(cat "$logs/$name.rc")")
+            fi
+        done
+    done
+}
+
+img=""
+mnt=""
+for bs in $block_sizes; do
+    for mode in $modes; do
+        for config in $configs; do
+            group="b$bs-$mode-$config"
+            section "fsx: $group, seeds $seeds, $ops operations, $jobs at a time"
+            new_image img "$bs" 1G
+            new_mountpoint mnt jbdfs-fsx-mnt
+            opts="data=$mode${mount_opts:+,$mount_opts}"
+            mount_jbdfs "$img" "$mnt" "$logs/jbdfs-$group.log" "$opts"
+            run_seeds "$group" "$config" "$mnt"
+            if ! umount_jbdfs "$mnt"; then
+                failed=$((failed + 1))
+                problems+=("$group: unmount failed")
+            fi
+            if ! check_image "$img" "$logs/e2fsck-$group.log"; then
+                failed=$((failed + 1))
+                problems+=("$group: e2fsck -fn failed (see $logs/e2fsck-$group.log)")
+            fi
+            if grep -q 'panicked' "$logs/jbdfs-$group.log"; then
+                failed=$((failed + 1))
+                grep -A3 'panicked' "$logs/jbdfs-$group.log" >&2
+                problems+=("$group: jbdfs panicked (see $logs/jbdfs-$group.log)")
+            fi
+            [ "$MNT_KEEP" = 1 ] || rm -f "$img"
+        done
     done
 done
+stop_hogs
 
 section "summary"
 for p in "${problems[@]}"; do info "$p"; done

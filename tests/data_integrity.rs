@@ -2,6 +2,8 @@
 //! interleavings fsx found (issue "Data integrity") replayed step by step,
 //! deterministically, on a memory device.
 
+mod common;
+
 use std::sync::Arc;
 
 use jbdfs::device::{BlockDevice, MemoryDevice};
@@ -33,6 +35,13 @@ fn mount(mem: &Arc<MemoryDevice>, data_writeback: bool) -> Arc<Filesystem> {
         ..Default::default()
     };
     Filesystem::mount(dev, &cfg).unwrap()
+}
+
+/// Panics unless `e2fsck -fn` finds the in-memory image clean.
+fn assert_clean(mem: &MemoryDevice, what: &str) {
+    let img = common::TempImage::new("data-integrity");
+    std::fs::write(&img.path, mem.snapshot()).unwrap();
+    common::assert_e2fsck_clean(&img.path, what);
 }
 
 fn truncate(fs: &Filesystem, f: InodeNo, size: u64) {
@@ -83,11 +92,41 @@ fn a_freed_logged_tail_never_shadows_the_data_of_the_blocks_next_owner() {
             "writeback={data_writeback}: block 4 reads {:#x} (the freed block's old contents), not the new data",
             got[0]
         );
-        fs.fsync(f, false).unwrap();
+        fs.unmount().unwrap();
+        assert_clean(&mem, "after the reused block");
     }
 }
 
 /// The disk block that holds logical block `logical` of `f`.
 fn block_of(fs: &Filesystem, f: InodeNo, logical: u32) -> u32 {
     fs.bmap(f, logical).unwrap().expect("mapped").0
+}
+
+/// copy_file_range copies what the source holds (holes as zeros), stops at
+/// its end, and refuses an overlapping copy within one file.
+#[test]
+fn copy_range_copies_data_and_holes_and_stops_at_the_end() {
+    let mem = fresh(64 << 20, 1024);
+    let fs = mount(&mem, false);
+    let (a, _) = fs.mknod(ROOT, b"a", 0o100644, 0, ME).unwrap();
+    let (b, _) = fs.mknod(ROOT, b"b", 0o100644, 0, ME).unwrap();
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+    fs.write(a, 0, &data[..1_000_000], true).unwrap();
+    fs.write(a, 2_000_000, &data[2_000_000..], true).unwrap(); // a hole between
+    let mut want = data.clone();
+    want[1_000_000..2_000_000].fill(0);
+
+    let n = fs.copy_range(a, 10, b, 7, 5_000_000, true).unwrap();
+    assert_eq!(n, want.len() - 10, "stops at the source's end");
+    let got = fs.read(b, 0, 4_000_000).unwrap();
+    assert_eq!(&got[..7], &[0u8; 7]);
+    assert!(got[7..] == want[10..], "the copy differs from the source");
+
+    assert_eq!(fs.copy_range(a, 3_000_000, b, 0, 10, true).unwrap(), 0);
+    assert!(fs.copy_range(a, 0, a, 100, 200, true).is_err(), "overlap");
+    let n = fs.copy_range(a, 0, a, 3_000_000, 4096, true).unwrap();
+    assert_eq!(n, 4096);
+    assert!(fs.read(a, 3_000_000, 4096).unwrap() == want[..4096]);
+    fs.unmount().unwrap();
+    assert_clean(&mem, "after the copies");
 }

@@ -11,10 +11,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use fuser::{
-    AccessFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags, IoctlFlags,
-    KernelConfig, LockOwner, OpenFlags, RenameFlags as FuseRename, ReplyAttr, ReplyCreate,
-    ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl, ReplyOpen,
-    ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
+    AccessFlags, CopyFileRangeFlags, Errno, FileHandle, FopenFlags, Generation, INodeNo, InitFlags,
+    IoctlFlags, KernelConfig, LockOwner, OpenFlags, RenameFlags as FuseRename, ReplyAttr,
+    ReplyCreate, ReplyData, ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyIoctl,
+    ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
 use crate::format::inode::Inode;
@@ -694,6 +694,42 @@ impl fuser::Filesystem for JbdFuse {
                 let gen = Generation(inode.i_generation as u64);
                 reply.created(&TTL, &attr, gen, FileHandle(0), OPEN_FLAGS);
             }
+            Err(e) => reply.error(self.fail(&e)),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn copy_file_range(
+        &self,
+        req: &Request,
+        ino_in: INodeNo,
+        _fh_in: FileHandle,
+        offset_in: u64,
+        ino_out: INodeNo,
+        _fh_out: FileHandle,
+        offset_out: u64,
+        len: u64,
+        flags: CopyFileRangeFlags,
+        reply: ReplyWrite,
+    ) {
+        let _s = tracing::debug_span!(
+            "copy_file_range",
+            ino_in = ino_in.0,
+            offset_in,
+            ino_out = ino_out.0,
+            offset_out,
+            len
+        )
+        .entered();
+        if !flags.is_empty() {
+            return reply.error(Errno::EINVAL);
+        }
+        let (src, dst) = (to_ext3(ino_in), to_ext3(ino_out));
+        let copied = self
+            .fs
+            .copy_range(src, offset_in, dst, offset_out, len, req.uid() == 0);
+        match copied {
+            Ok(n) => reply.written(n as u32),
             Err(e) => reply.error(self.fail(&e)),
         }
     }
