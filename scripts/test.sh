@@ -12,6 +12,8 @@
 #                             multi-GiB images and the FUSE tests are slow in debug)
 #   5. scripts/fuzz.sh 20     each fuzz target for 20 seconds
 #   6. crash-campaign --quick crash states of in-process workloads (docs/CRASH.md)
+#   7. fsx.sh --stress --quick two fsx at once in each data mode and block
+#                             size, beside CPU hogs (races hide on a quiet machine)
 # Works from any directory.
 set -euo pipefail
 
@@ -34,5 +36,6 @@ step cargo clippy --workspace --all-targets -- -D warnings
 step cargo test --workspace --release
 step scripts/fuzz.sh 20  # each fuzz target for 20 s (fuzz/README.md)
 step scripts/crash-campaign --quick
+step scripts/fsx.sh --stress --quick
 
 section "all steps passed"
