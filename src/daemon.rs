@@ -24,6 +24,8 @@ pub struct DaemonConfig {
     pub threads: usize,
     pub cache_size: usize,
     pub direct_io: bool,
+    /// -o direct_io: no kernel page cache for open files.
+    pub fuse_direct_io: bool,
     pub allow_other: bool,
     /// Generic mount options passed on to the kernel (dev, nosuid, ...).
     pub generic: Vec<String>,
@@ -196,7 +198,7 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
         config.acl = SessionACL::All;
     }
     let mut session = fuser::Session::new(
-        crate::fuse::JbdFuse::new(fs.clone()),
+        crate::fuse::JbdFuse::new(fs.clone()).with_direct_io(cfg.fuse_direct_io),
         &cfg.mountpoint,
         &config,
     )

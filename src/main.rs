@@ -39,6 +39,7 @@ jbdfs options (-o):
   cache_size=BYTES[K|M|G]          buffer cache size
   threads=N                        FUSE worker threads (1-1024, default 8)
   direct                           O_DIRECT on the backing store
+  direct_io                        open files bypass the kernel's page cache
   debug, sync, dirsync, max_map=N, devsim=MODEL, stats=PATH, record=PATH
 Generic FUSE and mount options (ro, rw, noatime, allow_other, default_permissions,
 fsname=, ...) are passed on; fstab, systemd (x-*) and SELinux options are accepted."
@@ -93,6 +94,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         threads: opts.threads,
         cache_size: usize::try_from(opts.cache_size).unwrap_or(usize::MAX),
         direct_io: opts.direct_io,
+        fuse_direct_io: opts.fuse_direct_io,
         allow_other: opts.generic.iter().any(|o| o == "allow_other"),
         generic: opts.generic.clone(),
         barrier: opts.barrier,

@@ -212,6 +212,9 @@ pub struct MountOptions {
     pub debug: bool,
     /// Open the backing store with O_DIRECT (`-o direct`).
     pub direct_io: bool,
+    /// Bypass the kernel's page cache for every open file (`-o direct_io`,
+    /// libfuse's name): each read and write is a request to the daemon.
+    pub fuse_direct_io: bool,
     /// Directory changes are synchronous.
     pub dirsync: bool,
     /// All writes are synchronous.
@@ -243,6 +246,7 @@ impl Default for MountOptions {
             record: None,
             debug: false,
             direct_io: false,
+            fuse_direct_io: false,
             dirsync: false,
             sync: false,
             generic: Vec::new(),
@@ -357,6 +361,7 @@ impl MountOptions {
             "record" => self.record = Some(text(key, value, "a file path")?.into()),
             "debug" => self.debug = flag(key, value)?,
             "direct" => self.direct_io = flag(key, value)?,
+            "direct_io" => self.fuse_direct_io = flag(key, value)?,
             _ => return Ok(false),
         }
         Ok(true)
@@ -578,7 +583,7 @@ mod tests {
         assert_eq!(o.threads, 8);
         assert!(o.max_map.is_none() && o.devsim.is_none());
         assert!(o.stats.is_none() && o.record.is_none());
-        assert!(!o.debug && !o.direct_io && !o.dirsync && !o.sync);
+        assert!(!o.debug && !o.direct_io && !o.fuse_direct_io && !o.dirsync && !o.sync);
         assert!(o.fuse_generic().is_empty() && o.ignored.is_empty());
     }
 
@@ -737,8 +742,9 @@ mod tests {
 
     #[test]
     fn flags() {
-        let o = parse("debug,direct,dirsync,sync");
-        assert!(o.debug && o.direct_io && o.dirsync && o.sync);
+        let o = parse("debug,direct,direct_io,dirsync,sync");
+        assert!(o.debug && o.direct_io && o.fuse_direct_io && o.dirsync && o.sync);
+        assert!(!parse("direct").fuse_direct_io && !parse("direct_io").direct_io);
         assert_eq!(o.fuse_generic(), ["dirsync", "sync"]);
         assert!(!parse("sync,async").sync);
         assert_bad_value("debug=1", "debug");

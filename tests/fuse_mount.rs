@@ -83,6 +83,7 @@ impl Mounted {
             threads: 8,
             cache_size: 64 << 20,
             direct_io: false,
+            fuse_direct_io: false,
             allow_other: false,
             generic: Vec::new(),
             barrier: true,
@@ -287,6 +288,74 @@ fn serves_a_block_device_and_read_only_mounts() {
     );
     let err = std::fs::write(m.dir.join("new"), b"x").unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    m.unmount();
+    e2fsck_clean(&image);
+}
+
+/// Bytes of `path` in the kernel's page cache, as util-linux's fincore
+/// reports them (mincore(2) over a map of the file).
+fn cached_bytes(path: &Path) -> u64 {
+    let out = Command::new("fincore")
+        .args(["--bytes", "--noheadings", "--output", "RES"])
+        .arg(path)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "fincore failed");
+    String::from_utf8_lossy(&out.stdout).trim().parse().unwrap()
+}
+
+/// copy_file_range through the kernel (std::io::copy uses it between
+/// files), then `-o direct_io`: reads leave nothing in the page cache,
+/// while a shared mmap write still reaches the file.
+#[test]
+fn copy_file_range_and_direct_io_through_the_kernel() {
+    if let Some(why) = can_fuse() {
+        eprintln!("skipping FUSE test: {why}");
+        return;
+    }
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
+    let mut m = Mounted::new(64 << 20, 4096);
+    std::fs::write(m.dir.join("src"), &data).unwrap();
+    let mut from = std::fs::File::open(m.dir.join("src")).unwrap();
+    let mut to = std::fs::File::create(m.dir.join("copy")).unwrap();
+    assert_eq!(
+        std::io::copy(&mut from, &mut to).unwrap(),
+        data.len() as u64
+    );
+    drop((from, to));
+    assert_eq!(std::fs::read(m.dir.join("copy")).unwrap(), data);
+    assert!(
+        cached_bytes(&m.dir.join("copy")) > 0,
+        "the default mount caches pages"
+    );
+    m.unmount();
+    e2fsck_clean(&m.image);
+
+    let image = m.image.clone();
+    let mut m = m.serve_with(&image, false, |cfg| cfg.fuse_direct_io = true);
+    let copy = m.dir.join("copy");
+    assert_eq!(std::fs::read(&copy).unwrap(), data);
+    assert_eq!(
+        cached_bytes(&copy),
+        0,
+        "direct_io reads bypass the page cache"
+    );
+    // A shared writable map of a direct_io file (FUSE_DIRECT_IO_ALLOW_MMAP).
+    let script = "import mmap,os,sys\n\
+        fd=os.open(sys.argv[1],os.O_RDWR)\n\
+        m=mmap.mmap(fd,8192)\n\
+        m[4096:4101]=b'mmap!'\n\
+        m.flush(); m.close(); os.close(fd)\n";
+    let st = Command::new("python3")
+        .args(["-c", script])
+        .arg(&copy)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mmap of a direct_io file failed");
+    let back = std::fs::read(&copy).unwrap();
+    assert_eq!(&back[4096..4101], b"mmap!");
+    assert_eq!(&back[..4096], &data[..4096]);
+    assert_eq!(&back[4101..], &data[4101..]);
     m.unmount();
     e2fsck_clean(&image);
 }

@@ -36,6 +36,12 @@ const TTL: Duration = Duration::from_secs(1);
 /// back to the daemon.
 const OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_KEEP_CACHE;
 
+/// `-o direct_io`: reads and writes bypass the page cache and reach the
+/// daemon as the caller made them. mmap still goes through the page cache,
+/// which the kernel (6.6 and later) allows when FUSE_DIRECT_IO_ALLOW_MMAP
+/// is negotiated; older kernels refuse shared writable maps of such files.
+const DIRECT_OPEN_FLAGS: FopenFlags = FopenFlags::FOPEN_DIRECT_IO;
+
 /// What the adapter asks the kernel for at FUSE_INIT (and gets where the
 /// kernel offers it). Public for examples/fuse_floor.rs, which negotiates
 /// the same so that it measures the same protocol.
@@ -104,6 +110,9 @@ pub struct JbdFuse {
     fs: Arc<Filesystem>,
     /// Where fsyncs wait when the device is slow (see runners.rs).
     fsync_runners: Arc<runners::Runners>,
+    /// What every open and create answers: [`OPEN_FLAGS`] or
+    /// [`DIRECT_OPEN_FLAGS`].
+    open_flags: FopenFlags,
 }
 
 /// At most this many fsyncs wait on runners side by side; past it they
@@ -161,7 +170,14 @@ impl JbdFuse {
         JbdFuse {
             fs,
             fsync_runners: runners::Runners::new("jbdfs-fsync", MAX_FSYNC_RUNNERS),
+            open_flags: OPEN_FLAGS,
         }
+    }
+
+    /// `-o direct_io`: open files bypass the kernel's page cache.
+    pub fn with_direct_io(mut self, on: bool) -> Self {
+        self.open_flags = if on { DIRECT_OPEN_FLAGS } else { OPEN_FLAGS };
+        self
     }
 
     fn attr(&self, ino: InodeNo, inode: &Inode) -> fuser::FileAttr {
@@ -194,7 +210,10 @@ fn sized(reply: ReplyXattr, data: &[u8], size: u32) {
 
 impl fuser::Filesystem for JbdFuse {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let wanted = WANTED_INIT_FLAGS;
+        let mut wanted = WANTED_INIT_FLAGS;
+        if self.open_flags.contains(FopenFlags::FOPEN_DIRECT_IO) {
+            wanted |= InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+        }
         let offered = config.capabilities();
         let _ = config.add_capabilities(wanted & offered);
         let _ = config.set_max_write(MAX_WRITE);
@@ -410,7 +429,7 @@ impl fuser::Filesystem for JbdFuse {
     fn open(&self, _req: &Request, ino: INodeNo, _flags: OpenFlags, reply: ReplyOpen) {
         let _s = tracing::debug_span!("open", ino = ino.0).entered();
         match self.fs.open(to_ext3(ino)) {
-            Ok(()) => reply.opened(FileHandle(0), OPEN_FLAGS),
+            Ok(()) => reply.opened(FileHandle(0), self.open_flags),
             Err(e) => reply.error(self.fail(&e)),
         }
     }
@@ -692,7 +711,7 @@ impl fuser::Filesystem for JbdFuse {
                 self.fs.remember(ino);
                 let attr = self.attr(ino, &inode);
                 let gen = Generation(inode.i_generation as u64);
-                reply.created(&TTL, &attr, gen, FileHandle(0), OPEN_FLAGS);
+                reply.created(&TTL, &attr, gen, FileHandle(0), self.open_flags);
             }
             Err(e) => reply.error(self.fail(&e)),
         }
