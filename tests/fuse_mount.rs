@@ -360,6 +360,52 @@ fn copy_file_range_and_direct_io_through_the_kernel() {
     e2fsck_clean(&image);
 }
 
+/// The "N transactions (M requested)" line of a jbd2-style info file.
+fn requested_commits(stats: &Path) -> u64 {
+    let text = std::fs::read_to_string(stats).unwrap();
+    let line = text.lines().next().unwrap();
+    let inner = line.split('(').nth(1).unwrap();
+    inner.split_whitespace().next().unwrap().parse().unwrap()
+}
+
+/// O_DSYNC and O_SYNC writes: the kernel follows each with an fsync
+/// (generic_write_sync), and each becomes a requested commit.
+#[test]
+fn o_sync_and_o_dsync_writes_each_commit() {
+    use std::os::unix::fs::OpenOptionsExt;
+    if let Some(why) = can_fuse() {
+        eprintln!("skipping FUSE test: {why}");
+        return;
+    }
+    let m = Mounted::image_only(64 << 20, 4096);
+    let image = m.image.clone();
+    let stats = image.with_extension("stats");
+    let stats_path = stats.clone();
+    let mut m = m.serve_with(&image, false, |cfg| cfg.stats = Some(stats_path));
+    let wait_stats = || std::thread::sleep(Duration::from_millis(1300));
+    wait_stats();
+    let before = requested_commits(&stats);
+    for (name, flag) in [("dsync", libc::O_DSYNC), ("sync", libc::O_SYNC)] {
+        let mut f = std::fs::OpenOptions::new()
+            .create(true)
+            .write(true)
+            .custom_flags(flag)
+            .open(m.dir.join(name))
+            .unwrap();
+        for _ in 0..5 {
+            f.write_all(&[7u8; 4096]).unwrap();
+        }
+    }
+    wait_stats();
+    let requested = requested_commits(&stats) - before;
+    assert!(
+        requested >= 10,
+        "10 synchronous writes asked for {requested} commits"
+    );
+    m.unmount();
+    e2fsck_clean(&image);
+}
+
 /// 16 threads create, write, rename and delete in shared directories through
 /// the kernel for a minute (JBDFS_STRESS_SECS overrides): no deadlock, no
 /// error other than the expected races, and e2fsck clean afterwards.
