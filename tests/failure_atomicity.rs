@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use jbdfs::device::MemoryDevice;
 use jbdfs::format::InodeNo;
+use jbdfs::fs::namei::RenameFlags;
 use jbdfs::fs::xattr::SetMode;
 use jbdfs::fs::{Filesystem, FsError};
 use jbdfs::mkfs::MkfsOptions;
@@ -131,6 +132,23 @@ fn differences(before: &State, after: &State) -> String {
         }
     }
     out.join("\n")
+}
+
+/// Files of one block each, to be deleted later to free exactly that many.
+fn spares(fs: &Filesystem, n: usize) {
+    for i in 0..n {
+        make_file(fs, ROOT, &format!("spare{i}"), b"s");
+    }
+}
+
+/// Deletes `n` spares and commits, so exactly `n` blocks can be allocated.
+fn free_spares(fs: &Filesystem, n: usize) {
+    let before = fs.statfs().unwrap().free_blocks;
+    for i in 0..n {
+        fs.unlink(ROOT, format!("spare{i}").as_bytes()).unwrap();
+    }
+    fs.journal().force_commit().unwrap();
+    assert_eq!(fs.statfs().unwrap().free_blocks, before + n as u64);
 }
 
 /// Fills every free block (the reserved ones too) with one file.
@@ -272,4 +290,54 @@ fn setxattr_enospc_on_a_shared_block_changes_nothing() {
         check_xattrs(&fs, f, n, "after remount");
     }
     fs.unmount().unwrap();
+}
+
+/// A directory of exactly 12 full blocks and one block free: a new name
+/// needs the indirect block and a data block. The indirect block must
+/// not stay allocated when the data block cannot be had.
+#[test]
+fn a_directory_insert_needing_an_indirect_block_changes_nothing() {
+    let mem = image(16 << 20, 1024);
+    let fs = mount_mem(&mem);
+    let (d, _) = fs.mkdir(ROOT, b"d", 0o755, ME).unwrap();
+    let (x, _) = fs.mknod(ROOT, b"x", 0o100644, 0, ME).unwrap();
+    // 8-byte names take 16 bytes: 62 in the first block, 64 in the others.
+    for i in 0..62 + 11 * 64 {
+        fs.link(x, d, format!("n{i:07}").as_bytes()).unwrap();
+    }
+    assert_eq!(fs.getattr(d).unwrap().i_size, 12 * 1024);
+    spares(&fs, 1);
+    fill(&fs);
+    free_spares(&fs, 1);
+    let all = [d, x, ROOT];
+    let dirs = [d, ROOT];
+    fails_changing_nothing(&fs, &all, &dirs, "rename into d", || {
+        fs.rename(ROOT, b"x", d, b"x0000000", RenameFlags::default())
+    });
+    fs.unmount().unwrap();
+    assert_clean(&mem, "after inserts needing an indirect block failed");
+}
+
+/// Writes needing a new pointer block and a data block, one block free:
+/// past the direct blocks (a new single indirect block) and past the
+/// first double indirect leaf (a new leaf hung in an existing block).
+#[test]
+fn writes_needing_a_pointer_block_on_a_full_disk_change_nothing() {
+    let mem = image(16 << 20, 1024);
+    let fs = mount_mem(&mem);
+    let direct = make_file(&fs, ROOT, "direct", &pattern(12 * 1024, 1));
+    let leaf = make_file(&fs, ROOT, "leaf", &pattern((12 + 256 + 256) * 1024, 2));
+    spares(&fs, 1);
+    fill(&fs);
+    free_spares(&fs, 1);
+    for (f, blocks) in [(direct, 12u64), (leaf, 12 + 256 + 256)] {
+        fails_changing_nothing(&fs, &[f], &[], &format!("write at block {blocks}"), || {
+            fs.write(f, blocks * 1024, &[7u8; 1024], true)
+        });
+        fs.journal().force_commit().unwrap();
+    }
+    assert!(read_all(&fs, direct) == pattern(12 * 1024, 1));
+    assert!(read_all(&fs, leaf) == pattern((12 + 256 + 256) * 1024, 2));
+    fs.unmount().unwrap();
+    assert_clean(&mem, "after writes failed for a pointer block");
 }
