@@ -292,6 +292,85 @@ fn setxattr_enospc_on_a_shared_block_changes_nothing() {
     fs.unmount().unwrap();
 }
 
+/// A create whose name needs a new directory block, on a full disk:
+/// mknod, mkdir, symlink, link and rename all fail with ENOSPC and leave
+/// no inode allocated, no link counted, no name added.
+#[test]
+fn creates_needing_a_directory_block_on_a_full_disk_change_nothing() {
+    let mem = image(16 << 20, 1024);
+    let fs = mount_mem(&mem);
+    let (d, _) = fs.mkdir(ROOT, b"d", 0o755, ME).unwrap();
+    let (x, _) = fs.mknod(ROOT, b"x", 0o100644, 0, ME).unwrap();
+    fill(&fs);
+    // Fill d's only block; the first name that does not fit fails.
+    let mut i = 0;
+    loop {
+        let name = format!("entry{i:04}");
+        match fs.mknod(d, name.as_bytes(), 0o100644, 0, ME) {
+            Ok(_) => i += 1,
+            Err(FsError::NoSpace) => break,
+            Err(e) => panic!("{name}: {e}"),
+        }
+    }
+    assert_eq!(fs.getattr(d).unwrap().i_size, 1024, "{i} names");
+    let all = [d, x, ROOT];
+    let dirs = [d, ROOT];
+    fails_changing_nothing(&fs, &all, &dirs, "mknod", || {
+        fs.mknod(d, b"one-more", 0o100644, 0, ME)
+    });
+    fails_changing_nothing(&fs, &all, &dirs, "mkdir", || {
+        fs.mkdir(d, b"one-more", 0o755, ME)
+    });
+    fails_changing_nothing(&fs, &all, &dirs, "symlink", || {
+        fs.symlink(d, b"one-more", b"target", ME)
+    });
+    fails_changing_nothing(&fs, &all, &dirs, "link", || fs.link(x, d, b"one-more"));
+    fails_changing_nothing(&fs, &all, &dirs, "rename", || {
+        fs.rename(ROOT, b"x", d, b"one-more", RenameFlags::default())
+    });
+    let names = listing(&fs, d);
+    fs.unmount().unwrap();
+    assert_clean(&mem, "after creates failed on a full disk");
+    let fs = mount_mem(&mem);
+    assert_eq!(listing(&fs, d), names);
+    fs.unmount().unwrap();
+}
+
+/// mkdir and a slow symlink with one block free and a full directory:
+/// the new inode takes the block, the directory needs another. Both the
+/// block and the inode go back, and the inode's slot is never written.
+#[test]
+fn mkdir_and_slow_symlink_with_one_free_block_change_nothing() {
+    let mem = image(16 << 20, 1024);
+    let fs = mount_mem(&mem);
+    let (d, _) = fs.mkdir(ROOT, b"d", 0o755, ME).unwrap();
+    spares(&fs, 1);
+    fill(&fs);
+    let mut i = 0;
+    while fs
+        .mknod(d, format!("entry{i:04}").as_bytes(), 0o100644, 0, ME)
+        .is_ok()
+    {
+        i += 1;
+    }
+    free_spares(&fs, 1);
+    let all = [d, ROOT];
+    fails_changing_nothing(&fs, &all, &all, "mkdir", || {
+        fs.mkdir(d, b"one-more", 0o755, ME)
+    });
+    fs.journal().force_commit().unwrap();
+    let target = vec![b't'; 200];
+    fails_changing_nothing(&fs, &all, &all, "slow symlink", || {
+        fs.symlink(d, b"one-more", &target, ME)
+    });
+    fs.journal().force_commit().unwrap();
+    // The block is still there for one that fits.
+    fs.symlink(ROOT, b"fits", &target, ME).unwrap();
+    assert_eq!(fs.statfs().unwrap().free_blocks, 0);
+    fs.unmount().unwrap();
+    assert_clean(&mem, "after mkdir and symlink failed with one block free");
+}
+
 /// A directory of exactly 12 full blocks and one block free: a new name
 /// needs the indirect block and a data block. The indirect block must
 /// not stay allocated when the data block cannot be had.
@@ -313,6 +392,9 @@ fn a_directory_insert_needing_an_indirect_block_changes_nothing() {
     let dirs = [d, ROOT];
     fails_changing_nothing(&fs, &all, &dirs, "rename into d", || {
         fs.rename(ROOT, b"x", d, b"x0000000", RenameFlags::default())
+    });
+    fails_changing_nothing(&fs, &all, &dirs, "mknod in d", || {
+        fs.mknod(d, b"y0000000", 0o100644, 0, ME)
     });
     fs.unmount().unwrap();
     assert_clean(&mem, "after inserts needing an indirect block failed");
