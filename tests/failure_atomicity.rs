@@ -9,11 +9,11 @@ mod robust_common;
 
 use std::sync::Arc;
 
-use jbdfs::device::MemoryDevice;
+use jbdfs::device::{BlockDevice, MemoryDevice};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::RenameFlags;
 use jbdfs::fs::xattr::SetMode;
-use jbdfs::fs::{Filesystem, FsError};
+use jbdfs::fs::{Filesystem, FsError, MountConfig};
 use jbdfs::mkfs::MkfsOptions;
 use robust_common::*;
 
@@ -422,4 +422,59 @@ fn writes_needing_a_pointer_block_on_a_full_disk_change_nothing() {
     assert!(read_all(&fs, leaf) == pattern((12 + 256 + 256) * 1024, 2));
     fs.unmount().unwrap();
     assert_clean(&mem, "after writes failed for a pointer block");
+}
+
+/// An image made by e2fsprogs with directory `d` of 500 names, indexed
+/// (htree) by `e2fsck -D`; `None` when e2fsprogs is missing.
+fn htree_image() -> Option<Vec<u8>> {
+    let img = common::TempImage::new("atomicity-htree");
+    let made = common::run(
+        "mke2fs",
+        ["-q", "-F", "-t", "ext3", "-b", "1024", img.path_str(), "8M"],
+    );
+    if !made.success() {
+        eprintln!(
+            "skipping: mke2fs failed or is missing:\n{}",
+            made.describe()
+        );
+        return None;
+    }
+    let mut cmds = String::from("mkdir d\n");
+    for i in 0..500 {
+        cmds.push_str(&format!("write /dev/null d/name{i}\n"));
+    }
+    let cmd_file = common::TempImage::new("atomicity-cmds");
+    std::fs::write(&cmd_file.path, cmds).unwrap();
+    common::run("debugfs", ["-w", "-f", cmd_file.path_str(), img.path_str()]).expect_ok();
+    let fixed = common::run("e2fsck", ["-fyD", img.path_str()]);
+    assert!(matches!(fixed.code, Some(0..=2)), "{}", fixed.describe());
+    common::assert_e2fsck_clean(&img.path, "the htree image");
+    Some(std::fs::read(&img.path).unwrap())
+}
+
+/// A link that fails (EEXIST) into a Linux htree directory leaves its
+/// index flag: jbdfs clears it only when it changes the directory.
+#[test]
+fn a_failed_insert_keeps_the_htree_flag() {
+    const EXT2_INDEX_FL: u32 = 0x1000;
+    let Some(bytes) = htree_image() else {
+        return;
+    };
+    let mem = Arc::new(MemoryDevice::from_vec(bytes));
+    let dev: Arc<dyn BlockDevice> = mem.clone();
+    let fs = Filesystem::mount(dev, &MountConfig::default()).unwrap();
+    let (d, dir) = fs.lookup(ROOT, b"d").unwrap();
+    assert_ne!(dir.i_flags & EXT2_INDEX_FL, 0, "e2fsck -D made no htree");
+    let (f, _) = fs.lookup(d, b"name0").unwrap();
+    let before = state(&fs, &[d, f], &[d]);
+    let r = fs.link(f, d, b"name7");
+    assert!(matches!(r, Err(FsError::Exists)), "{r:?}");
+    let after = state(&fs, &[d, f], &[d]);
+    assert!(
+        after == before,
+        "the failed link changed d:\n{}",
+        differences(&before, &after)
+    );
+    fs.unmount().unwrap();
+    assert_clean(&mem, "after a failed link into an htree directory");
 }
