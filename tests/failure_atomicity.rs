@@ -11,7 +11,7 @@ use std::sync::Arc;
 
 use jbdfs::device::{BlockDevice, MemoryDevice};
 use jbdfs::format::InodeNo;
-use jbdfs::fs::namei::RenameFlags;
+use jbdfs::fs::namei::{RenameFlags, SetAttr};
 use jbdfs::fs::xattr::SetMode;
 use jbdfs::fs::{Filesystem, FsError, MountConfig};
 use jbdfs::mkfs::MkfsOptions;
@@ -422,6 +422,73 @@ fn writes_needing_a_pointer_block_on_a_full_disk_change_nothing() {
     assert!(read_all(&fs, leaf) == pattern((12 + 256 + 256) * 1024, 2));
     fs.unmount().unwrap();
     assert_clean(&mem, "after writes failed for a pointer block");
+}
+
+/// fallocate is all or nothing: refused at once when the holes alone do
+/// not fit, and undone when its pointer blocks tip it over, with and
+/// without KEEP_SIZE.
+#[test]
+fn fallocate_on_a_nearly_full_disk_changes_nothing() {
+    let mem = image(16 << 20, 1024);
+    let fs = mount_mem(&mem);
+    let (f, _) = fs.mknod(ROOT, b"f", 0o100644, 0, ME).unwrap();
+    let (g, _) = fs.mknod(ROOT, b"g", 0o100644, 0, ME).unwrap();
+    let size = SetAttr {
+        size: Some(20 * 1024),
+        ..Default::default()
+    };
+    fs.setattr(g, &size, ME).unwrap();
+    spares(&fs, 20);
+    fill(&fs);
+    free_spares(&fs, 20);
+    fails_changing_nothing(&fs, &[f], &[], "fallocate of 30 blocks", || {
+        fs.fallocate(f, 0, 30 * 1024, false, true)
+    });
+    // 20 data blocks fit, the indirect block past the 12th does not.
+    fails_changing_nothing(&fs, &[f], &[], "fallocate of 20 blocks", || {
+        fs.fallocate(f, 0, 20 * 1024, false, true)
+    });
+    fs.journal().force_commit().unwrap();
+    fails_changing_nothing(&fs, &[g], &[], "fallocate KEEP_SIZE of 20 blocks", || {
+        fs.fallocate(g, 0, 20 * 1024, true, true)
+    });
+    fs.journal().force_commit().unwrap();
+    // What fits still does.
+    fs.fallocate(f, 0, 12 * 1024, false, true).unwrap();
+    assert_eq!(fs.getattr(f).unwrap().i_size, 12 * 1024);
+    fs.unmount().unwrap();
+    assert_clean(&mem, "after fallocates failed");
+}
+
+/// A fallocate larger than one transaction whose pointer blocks tip it
+/// over at the end: the handles that committed their share are undone too.
+/// A 1 MiB journal gives a transaction 256 credits, and each 256 blocks
+/// of 1 KiB cost an indirect block: 160 MiB needs three handles.
+#[test]
+fn fallocate_undone_across_handles() {
+    let mem = mem_image(
+        192 << 20,
+        &MkfsOptions {
+            block_size: Some(1024),
+            journal_mib: Some(1),
+            ..Default::default()
+        },
+    );
+    let fs = mount_mem(&mem);
+    let (f, _) = fs.mknod(ROOT, b"f", 0o100644, 0, ME).unwrap();
+    make_file(&fs, ROOT, "room", &pattern(160 << 20, 3));
+    fill(&fs);
+    fs.unlink(ROOT, b"room").unwrap();
+    fs.journal().force_commit().unwrap();
+    let free = fs.statfs().unwrap().free_blocks;
+    let handles = fs.journal().handles_started();
+    fails_changing_nothing(&fs, &[f], &[], "fallocate of every free block", || {
+        fs.fallocate(f, 0, free * 1024, false, true)
+    });
+    let used = fs.journal().handles_started() - handles;
+    assert!(used >= 3, "the fallocate took only {used} handles");
+    fs.unmount().unwrap();
+    assert_clean(&mem, "after a fallocate undone across handles");
 }
 
 /// An image made by e2fsprogs with directory `d` of 500 names, indexed

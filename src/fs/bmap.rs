@@ -698,6 +698,12 @@ pub(crate) struct NewBlocks {
 }
 
 impl NewBlocks {
+    /// Runs and pointer blocks noted: each costs a pointer block, a bitmap
+    /// and a descriptor to give back.
+    pub(crate) fn pieces(&self) -> usize {
+        self.data.len() + self.pointers.len()
+    }
+
     /// Blocks noted, data and pointer blocks.
     pub(crate) fn total(&self) -> u64 {
         let data: u64 = self.data.iter().map(|&(_, _, n)| n as u64).sum();
