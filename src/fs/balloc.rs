@@ -253,7 +253,7 @@ pub(crate) fn clear_bit(map: &mut [u8], i: u32) {
 impl Filesystem {
     /// Whether the caller may take `n` more blocks: ordinary users stop
     /// at the reserved blocks.
-    fn may_allocate(&self, n: u32, privileged: bool) -> bool {
+    pub(crate) fn may_allocate(&self, n: u32, privileged: bool) -> bool {
         let free = self.free_blocks.load(Ordering::Relaxed);
         let reserved = if privileged {
             0

@@ -232,7 +232,8 @@ impl Filesystem {
         let ahead = (path.depth - level) as u64;
         let goal = self.goal_from(ctx.pin, inline_position(bs, first) - ahead);
         let (b, _) = self.alloc_for_inode(h, ctx.ino, goal, 1, ctx.privileged, ctx.blocks)?;
-        ctx.allocated += 1;
+        // Noted before anything else can fail, so that an undo frees it.
+        ctx.pointers.push((level, b.0));
         let buf = self.cache.get_new(b)?;
         h.get_write_access(&buf)?;
         h.dirty_metadata(&buf)?;
@@ -241,7 +242,9 @@ impl Filesystem {
 
     /// Maps up to `max` blocks from `logical`, allocating a contiguous run
     /// for a hole. Updates `st.disk.i_block` and `i_blocks`; the caller
-    /// writes the inode.
+    /// writes the inode. On failure (ENOSPC for the data after its pointer
+    /// blocks were allocated) nothing is left allocated and the block map
+    /// is as it was.
     pub fn get_blocks(
         &self,
         h: &mut Handle<'_>,
@@ -251,11 +254,28 @@ impl Filesystem {
         max: u32,
         privileged: bool,
     ) -> Result<Mapping> {
+        let mut new = NewBlocks::default();
+        self.get_blocks_noting(h, ino, st, logical, max, privileged, &mut new)
+    }
+
+    /// [`Self::get_blocks`], adding what it allocated to `new`, for a
+    /// caller that may have to undo a series of calls
+    /// ([`Self::unmap_new`]).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn get_blocks_noting(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        st: &mut InodeState,
+        logical: u32,
+        max: u32,
+        privileged: bool,
+        new: &mut NewBlocks,
+    ) -> Result<Mapping> {
         let existing = self.map_blocks(ino, st, logical, max)?;
         if existing.physical.is_some() {
             return Ok(existing);
         }
-        let path = path_of(self.block_size, logical)?;
         let sectors = (self.block_size / 512) as u64;
         // The whole request, not only the part under this pointer block,
         // tells how large the file is about to be: a 1 MiB write from
@@ -269,15 +289,58 @@ impl Filesystem {
             ino,
             blocks: size,
             privileged,
-            allocated: 0,
+            pointers: Vec::new(),
+            data: None,
             i_block: st.disk.i_block,
         };
-        let (leaf, _) = self.walk(ino, st, &path, Some((h, &mut ctx)))?;
+        let res = self.allocate_run(h, st, &mut ctx, existing.count, basis);
+        let mine = NewBlocks {
+            data: ctx
+                .data
+                .map(|(first, n)| (logical, first, n))
+                .into_iter()
+                .collect(),
+            pointers: ctx.pointers.iter().map(|&(l, b)| (logical, l, b)).collect(),
+        };
+        match res {
+            Ok(m) => {
+                st.disk.i_block = ctx.i_block;
+                st.disk.i_blocks += mine.total() * sectors;
+                st.last_alloc = ctx.data.map(|(first, n)| BlockNo(first + n - 1));
+                new.data.extend(mine.data);
+                new.pointers.extend(mine.pointers);
+                Ok(m)
+            }
+            Err(e) => {
+                // `st` never saw ctx's copy of i_block: only pointers set in
+                // existing pointer blocks need clearing.
+                if let Err(u) = self.unmap_new(h, ino, st, &mine) {
+                    tracing::error!(inode = ino.0, "undoing a failed block allocation: {u}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// The allocating part of [`Self::get_blocks_noting`]: everything it
+    /// allocates is noted in `ctx` as soon as it is allocated.
+    fn allocate_run(
+        &self,
+        h: &mut Handle<'_>,
+        st: &InodeState,
+        ctx: &mut AllocCtx,
+        hole: u32,
+        basis: Basis,
+    ) -> Result<Mapping> {
+        let (ino, logical, pin) = (ctx.ino, ctx.logical, ctx.pin);
+        let path = path_of(self.block_size, logical)?;
+        let (leaf, _) = self.walk(ino, st, &path, Some((&mut *h, &mut *ctx)))?;
         let leaf = leaf.ok_or(FsError::Invalid("block map walk found no leaf"))?;
-        let want = existing.count.clamp(1, path.blocks_to_boundary + 1);
+        let want = hole.clamp(1, path.blocks_to_boundary + 1);
         let goal = self.goal_from(pin, inline_position(self.block_size, logical));
-        let (first, n) = self.alloc_for_inode(h, ino, goal, want, privileged, ctx.blocks)?;
-        if size >= LAYOUT_MIN_FILE {
+        let (first, n) = self.alloc_for_inode(h, ino, goal, want, ctx.privileged, ctx.blocks)?;
+        ctx.data = Some((first.0, n));
+        if ctx.blocks >= LAYOUT_MIN_FILE {
             self.record_layout(ino, basis, logical, goal, first);
         }
         let last = path.offsets()[path.depth - 1];
@@ -297,9 +360,6 @@ impl Filesystem {
                 h.dirty_metadata(buf)?;
             }
         }
-        st.disk.i_block = ctx.i_block;
-        st.disk.i_blocks += (ctx.allocated + n) as u64 * sectors;
-        st.last_alloc = Some(BlockNo(first.0 + n - 1));
         Ok(Mapping {
             physical: Some(first),
             count: n,
@@ -310,6 +370,111 @@ impl Filesystem {
                 Leaf::Block(b) => Some(b.block()),
             },
         })
+    }
+
+    /// Gives back blocks that get_blocks calls allocated: clears every
+    /// pointer to them that `st` or a pointer block holds (deepest first,
+    /// while the levels above are still there to be followed) and frees
+    /// them. `i_blocks` is the caller's to restore.
+    pub(crate) fn unmap_new(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        st: &mut InodeState,
+        new: &NewBlocks,
+    ) -> Result<()> {
+        for &(logical, first, n) in new.data.iter().rev() {
+            let path = path_of(self.block_size, logical)?;
+            let last = path.offsets()[path.depth - 1];
+            let holder = match path.depth {
+                1 => None,
+                d => match self.pointer_block_at(ino, st, &path, d - 1)? {
+                    Some(buf) => Some(buf),
+                    None => continue,
+                },
+            };
+            self.clear_slots(h, st, holder.as_ref(), last, first, n)?;
+        }
+        for &(logical, level, b) in new.pointers.iter().rev() {
+            let path = path_of(self.block_size, logical)?;
+            let at = path.offsets()[level - 1];
+            let holder = match level {
+                1 => None,
+                l => match self.pointer_block_at(ino, st, &path, l - 1)? {
+                    Some(buf) => Some(buf),
+                    None => continue,
+                },
+            };
+            self.clear_slots(h, st, holder.as_ref(), at, b, 1)?;
+        }
+        for &(_, first, n) in &new.data {
+            self.free_blocks(h, BlockNo(first), n)?;
+        }
+        for &(_, _, b) in &new.pointers {
+            self.free_blocks(h, BlockNo(b), 1)?;
+        }
+        Ok(())
+    }
+
+    /// Zeroes slots `at..at + n` of `holder` (the inode's i_block when
+    /// `None`) where they point at `first..first + n`: a slot holding
+    /// anything else was never set to the block being given back.
+    fn clear_slots(
+        &self,
+        h: &mut Handle<'_>,
+        st: &mut InodeState,
+        holder: Option<&Arc<Buffer>>,
+        at: u32,
+        first: u32,
+        n: u32,
+    ) -> Result<()> {
+        let Some(buf) = holder else {
+            for i in 0..n {
+                let s = &mut st.disk.i_block[(at + i) as usize];
+                if *s == first + i {
+                    *s = 0;
+                }
+            }
+            return Ok(());
+        };
+        let hit = |data: &[u8], i: u32| slot(data, at + i) == first + i;
+        if !(0..n).any(|i| hit(&buf.read(), i)) {
+            return Ok(());
+        }
+        h.get_write_access(buf)?;
+        {
+            let mut data = buf.write();
+            for i in 0..n {
+                if hit(&data, i) {
+                    set_slot(&mut data, at + i, 0);
+                }
+            }
+        }
+        h.dirty_metadata(buf)?;
+        Ok(())
+    }
+
+    /// The pointer block at `level` of `path` (1: the one i_block points
+    /// at), or `None` where the path is missing above it.
+    fn pointer_block_at(
+        &self,
+        ino: InodeNo,
+        st: &InodeState,
+        path: &BlockPath,
+        level: usize,
+    ) -> Result<Option<Arc<Buffer>>> {
+        let mut ptr = st.disk.i_block[path.offsets()[0] as usize];
+        for l in 1..=level {
+            if ptr == 0 {
+                return Ok(None);
+            }
+            let buf = self.cache.get(self.check_ptr(ino, ptr)?)?;
+            if l == level {
+                return Ok(Some(buf));
+            }
+            ptr = slot(&buf.read(), path.offsets()[l]);
+        }
+        Ok(None)
     }
 
     /// Where the goal for logical block `logical` is counted from
@@ -521,6 +686,31 @@ fn first_under(block_size: u32, logical: u32, level: usize) -> u32 {
 /// Slots looked back over for a goal.
 const NEAR_SCAN: u32 = 1024;
 
+/// Blocks allocated by get_blocks calls, so that an operation failing part
+/// way can give them back ([`Filesystem::unmap_new`]).
+#[derive(Debug, Default)]
+pub(crate) struct NewBlocks {
+    /// Data runs: first logical block, first disk block, length.
+    data: Vec<(u32, u32, u32)>,
+    /// Pointer blocks: a logical block mapped through them, their level
+    /// (1: pointed at from i_block), the block.
+    pointers: Vec<(u32, usize, u32)>,
+}
+
+impl NewBlocks {
+    /// Runs and pointer blocks noted: each costs a pointer block, a bitmap
+    /// and a descriptor to give back.
+    pub(crate) fn pieces(&self) -> usize {
+        self.data.len() + self.pointers.len()
+    }
+
+    /// Blocks noted, data and pointer blocks.
+    pub(crate) fn total(&self) -> u64 {
+        let data: u64 = self.data.iter().map(|&(_, _, n)| n as u64).sum();
+        data + self.pointers.len() as u64
+    }
+}
+
 fn hole_mapping(count: u32, path: &BlockPath) -> Mapping {
     Mapping {
         physical: None,
@@ -543,8 +733,10 @@ struct AllocCtx {
     /// (they decide its window, see balloc.rs).
     blocks: u64,
     privileged: bool,
-    /// Pointer blocks allocated so far.
-    allocated: u32,
+    /// Pointer blocks allocated so far: level and block.
+    pointers: Vec<(usize, u32)>,
+    /// The data run allocated: first block and length.
+    data: Option<(u32, u32)>,
     i_block: [u32; EXT2_N_BLOCKS],
 }
 

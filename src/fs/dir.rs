@@ -11,6 +11,7 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use super::bmap::NewBlocks;
 use super::inode::InodeState;
 use super::{Filesystem, FsError, Result};
 use crate::cache::Buffer;
@@ -129,7 +130,9 @@ impl Filesystem {
     }
 
     /// Adds `name -> ino` to `dir`, growing the directory by a block when
-    /// no block has room. The caller writes the directory's inode.
+    /// no block has room. The caller writes the directory's inode. A
+    /// failure leaves the directory as it was: its flags, size, blocks and
+    /// name index.
     pub(crate) fn dir_add(
         &self,
         h: &mut Handle<'_>,
@@ -143,7 +146,6 @@ impl Filesystem {
             return Err(FsError::NameTooLong);
         }
         let need = dirent::rec_len_for(name.len()) as u16;
-        self.drop_htree(st);
         let idx = self.ensure_index(dir, st)?;
         if idx.names.contains_key(name) {
             return Err(FsError::Exists);
@@ -151,10 +153,42 @@ impl Filesystem {
         let candidate = (idx.hint..idx.room.len())
             .chain(0..idx.hint)
             .find(|&b| idx.room[b] >= need);
-        let block = match candidate {
-            Some(b) => b as u32,
-            None => self.dir_grow(h, dir, st)?,
+        let (block, grown) = match candidate {
+            Some(b) => (b as u32, None),
+            None => {
+                let saved = (st.disk.clone(), st.last_alloc);
+                let (b, new) = self.dir_grow(h, dir, st)?;
+                (b, Some((saved, new)))
+            }
         };
+        let res = self.dir_insert(h, dir, st, block, name, ino, file_type);
+        if let (Err(_), Some(((disk, last_alloc), new))) = (&res, grown) {
+            // Only I/O or a miscounted block gets here: the new block was
+            // allocated and is to be given back with the size it added.
+            if let Err(e) = self.unmap_new(h, dir, st, &new) {
+                tracing::error!(inode = dir.0, "undoing a directory's growth: {e}");
+            }
+            st.disk = disk;
+            st.last_alloc = last_alloc;
+            if let Some(index) = st.dir_index.as_mut() {
+                index.room.truncate(block as usize);
+            }
+        }
+        res
+    }
+
+    /// Puts the entry into directory block `block`, which has room for it.
+    #[allow(clippy::too_many_arguments)]
+    fn dir_insert(
+        &self,
+        h: &mut Handle<'_>,
+        dir: InodeNo,
+        st: &mut InodeState,
+        block: u32,
+        name: &[u8],
+        ino: InodeNo,
+        file_type: u8,
+    ) -> Result<()> {
         let buf = self.dir_block(dir, st, block)?;
         h.get_write_access(&buf)?;
         let (res, room) = {
@@ -173,6 +207,9 @@ impl Filesystem {
             }
         }
         h.dirty_metadata(&buf)?;
+        // Only now that the entry is in: a failure before it must not
+        // cost a Linux htree directory its index flag.
+        self.drop_htree(st);
         let idx = self.ensure_index(dir, st)?;
         idx.room[block as usize] = room;
         idx.hint = block as usize;
@@ -187,22 +224,49 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Appends an empty block to a directory and returns its index.
-    fn dir_grow(&self, h: &mut Handle<'_>, dir: InodeNo, st: &mut InodeState) -> Result<u32> {
+    /// Appends an empty block to a directory and returns its index, and
+    /// what was allocated for it (for an undo). On failure nothing is
+    /// allocated and the directory is as it was.
+    fn dir_grow(
+        &self,
+        h: &mut Handle<'_>,
+        dir: InodeNo,
+        st: &mut InodeState,
+    ) -> Result<(u32, NewBlocks)> {
         let idx = self.dir_block_count(st);
-        let m = self.get_blocks(h, dir, st, idx, 1, true)?;
-        let b = m.physical.ok_or(FsError::NoSpace)?;
+        let saved = (st.disk.clone(), st.last_alloc);
+        let mut new = NewBlocks::default();
+        let m = self.get_blocks_noting(h, dir, st, idx, 1, true, &mut new)?;
+        let res = self.init_grown_block(h, dir, m.physical);
+        if let Err(e) = res {
+            if let Err(u) = self.unmap_new(h, dir, st, &new) {
+                tracing::error!(inode = dir.0, "undoing a directory's growth: {u}");
+            }
+            (st.disk, st.last_alloc) = saved;
+            return Err(e);
+        }
+        st.disk.i_size += self.block_size as u64;
+        if let Some(index) = st.dir_index.as_mut() {
+            index.room.push(self.block_size.min(u16::MAX as u32) as u16);
+        }
+        Ok((idx, new))
+    }
+
+    /// Fills a directory's new block with one empty entry.
+    fn init_grown_block(
+        &self,
+        h: &mut Handle<'_>,
+        dir: InodeNo,
+        b: Option<crate::format::BlockNo>,
+    ) -> Result<()> {
+        let b = b.ok_or(FsError::NoSpace)?;
         let buf = self.cache.get_new(b)?;
         h.get_write_access(&buf)?;
         let empty = dirent::init_block(self.block_size as usize)
             .map_err(|e| Corruption::new(Location::Inode(dir), e))?;
         buf.write().copy_from_slice(&empty);
         h.dirty_metadata(&buf)?;
-        st.disk.i_size += self.block_size as u64;
-        if let Some(index) = st.dir_index.as_mut() {
-            index.room.push(self.block_size.min(u16::MAX as u32) as u16);
-        }
-        Ok(idx)
+        Ok(())
     }
 
     /// The slot of `name` and its block, announced to the handle: the
@@ -214,7 +278,6 @@ impl Filesystem {
         st: &mut InodeState,
         name: &[u8],
     ) -> Result<(DirSlot, Arc<Buffer>)> {
-        self.drop_htree(st);
         let slot = self
             .ensure_index(dir, st)?
             .names
@@ -223,6 +286,7 @@ impl Filesystem {
             .ok_or(FsError::NotFound)?;
         let buf = self.dir_block(dir, st, slot.block)?;
         h.get_write_access(&buf)?;
+        self.drop_htree(st);
         Ok((slot, buf))
     }
 

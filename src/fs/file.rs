@@ -3,9 +3,10 @@
 //! (data.rs), or through the journal in data=journal. Only the block map's
 //! metadata passes through the buffer cache.
 
+use super::bmap::NewBlocks;
 use super::inode::InodeState;
 use super::{Filesystem, FsError, Result};
-use crate::format::inode::Timestamp;
+use crate::format::inode::{Inode, Timestamp};
 use crate::format::{BlockNo, InodeNo};
 use crate::journal::Handle;
 
@@ -699,13 +700,25 @@ impl Filesystem {
             // Linux refuses fallocate on such files altogether.
             return Err(FsError::NotSupported);
         }
-        let mut logical = offset / bs;
+        let first = offset / bs;
         let last = (end - 1) / bs;
+        // The common ENOSPC refused before anything changes: the holes
+        // alone need more blocks than are free.
+        let holes = self.holes_in(ino, &st, first, last)?;
+        if !self.may_allocate(holes.min(u32::MAX as u64) as u32, privileged) {
+            return Err(FsError::NoSpace);
+        }
+        let saved = (st.disk.clone(), st.last_alloc);
+        // What each handle allocated, for an undo if a later one fails
+        // (another file took the blocks meanwhile, or pointer blocks).
+        let mut earlier: Vec<NewBlocks> = Vec::new();
+        let mut logical = first;
         loop {
             let left = (last + 1 - logical).min(u32::MAX as u64) as usize;
             let mut h = self
                 .journal
                 .start(self.write_credits(left.saturating_mul(bs as usize)))?;
+            let mut new = NewBlocks::default();
             let mut res = Ok(());
             while logical <= last && res.is_ok() {
                 let want = self.fit_run(&mut h, (last - logical + 1).min(u32::MAX as u64) as u32);
@@ -713,11 +726,27 @@ impl Filesystem {
                     break;
                 }
                 res = self
-                    .fill_hole(&mut h, ino, &mut st, logical as u32, want, privileged)
+                    .fill_hole(
+                        &mut h,
+                        ino,
+                        &mut st,
+                        logical as u32,
+                        want,
+                        privileged,
+                        &mut new,
+                    )
                     .map(|n| logical += n as u64);
             }
+            if let Err(e) = res {
+                // All or nothing: what this call allocated is given back and
+                // the inode is as it was.
+                if let Err(u) = self.undo_fallocate(h, ino, &mut st, new, earlier, saved) {
+                    tracing::error!(inode = ino.0, "undoing a failed fallocate: {u}");
+                }
+                return Err(e);
+            }
             let done = logical > last;
-            if res.is_ok() && !keep_size {
+            if !keep_size {
                 // Each handle commits on its own, so i_size must cover the
                 // blocks allocated so far (ext3 allows no blocks past it).
                 let reached = if done { end } else { logical * bs };
@@ -726,16 +755,80 @@ impl Filesystem {
             st.disk.i_ctime = now();
             let wrote = self.write_inode(&mut h, ino, &st.disk);
             h.stop()?;
-            res?;
             wrote?;
+            earlier.push(new);
             if done {
                 return Ok(());
             }
         }
     }
 
+    /// Blocks of `first..=last` that are holes.
+    fn holes_in(&self, ino: InodeNo, st: &InodeState, first: u64, last: u64) -> Result<u64> {
+        let mut holes = 0;
+        let mut logical = first;
+        while logical <= last {
+            let want = (last - logical + 1).min(u32::MAX as u64) as u32;
+            let m = self.map_blocks(ino, st, logical as u32, want)?;
+            if m.physical.is_none() {
+                holes += m.count as u64;
+            }
+            logical += m.count as u64;
+        }
+        Ok(holes)
+    }
+
+    /// Gives back what a failed fallocate allocated: `current`, in the
+    /// handle that allocated it (which holds every block that needs), then
+    /// each earlier handle's share, latest first, in a handle of its own;
+    /// every step leaves a consistent file. The last restores the inode.
+    fn undo_fallocate<'a>(
+        &'a self,
+        mut h: Handle<'a>,
+        ino: InodeNo,
+        st: &mut InodeState,
+        current: NewBlocks,
+        earlier: Vec<NewBlocks>,
+        (disk, last_alloc): (Inode, Option<BlockNo>),
+    ) -> Result<()> {
+        let sectors = (self.block_size / 512) as u64;
+        let mut res = self.unmap_new(&mut h, ino, st, &current);
+        st.disk.i_blocks -= current.total() * sectors;
+        for set in earlier.iter().rev() {
+            if res.is_err() {
+                break;
+            }
+            let wrote = self.write_inode(&mut h, ino, &st.disk);
+            let stopped = h.stop();
+            wrote?;
+            stopped?;
+            h = self.journal.start(self.unmap_credits(set))?;
+            res = self.unmap_new(&mut h, ino, st, set);
+            st.disk.i_blocks -= set.total() * sectors;
+        }
+        if res.is_ok() {
+            st.disk = disk;
+            st.last_alloc = last_alloc;
+        }
+        let wrote = self.write_inode(&mut h, ino, &st.disk);
+        let stopped = h.stop();
+        res?;
+        wrote?;
+        stopped?;
+        Ok(())
+    }
+
+    /// Credits to give back `set`: for each run or pointer block, the
+    /// pointer block that points at it, a bitmap and a descriptor; and the
+    /// inode.
+    fn unmap_credits(&self, set: &NewBlocks) -> u32 {
+        let pieces = set.pieces().min(u32::MAX as usize / 4) as u32;
+        (3 * pieces + 2).min(self.journal.max_transaction_credits())
+    }
+
     /// Allocates and zeroes the blocks of a hole at `logical`, or skips
     /// mapped blocks; returns how many blocks were passed over.
+    #[allow(clippy::too_many_arguments)]
     fn fill_hole(
         &self,
         h: &mut Handle<'_>,
@@ -744,8 +837,9 @@ impl Filesystem {
         logical: u32,
         want: u32,
         privileged: bool,
+        new: &mut NewBlocks,
     ) -> Result<u32> {
-        let m = self.get_blocks(h, ino, st, logical, want, privileged)?;
+        let m = self.get_blocks_noting(h, ino, st, logical, want, privileged, new)?;
         if m.new {
             if let Some(p) = m.physical {
                 let bs = self.block_size as u64;

@@ -242,20 +242,31 @@ impl Filesystem {
         let (ino, mut st) =
             self.new_inode(h, parent, mode, who, (dst.disk.i_mode, dst.disk.i_gid))?;
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
+        // The child's slot is written only once its name is in: until then
+        // a failure (ENOSPC for the directory's new block, say) leaves the
+        // slot as it was, and only the blocks and the inode number taken
+        // so far are to be given back.
         let undo = |fs: &Self, h: &mut Handle<'_>, st: &mut InodeState| {
-            let _ = fs.free_blocks_from(h, ino, st, 0);
-            let _ = fs.free_inode(h, ino, is_dir);
+            if let Err(e) = fs.free_blocks_from_in_handle(h, ino, st, 0) {
+                tracing::error!(inode = ino.0, "undoing a failed create: {e}");
+            }
+            if let Err(e) = fs.free_inode(h, ino, is_dir) {
+                tracing::error!(inode = ino.0, "undoing a failed create: {e}");
+            }
         };
         if let Err(e) = init(self, h, ino, &mut st) {
             undo(self, h, &mut st);
             return Err(e);
         }
-        if let Err(e) = self.write_inode(h, ino, &st.disk) {
+        let ft = self.dirent_type(mode);
+        if let Err(e) = self.dir_add(h, parent, dst, name, ino, ft) {
             undo(self, h, &mut st);
             return Err(e);
         }
-        let ft = self.dirent_type(mode);
-        if let Err(e) = self.dir_add(h, parent, dst, name, ino, ft) {
+        if let Err(e) = self.write_inode(h, ino, &st.disk) {
+            if let Err(r) = self.dir_remove(h, parent, dst, name) {
+                tracing::error!(inode = ino.0, "undoing a failed create: {r}");
+            }
             undo(self, h, &mut st);
             return Err(e);
         }

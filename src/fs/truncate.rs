@@ -35,6 +35,20 @@ impl Filesystem {
         start: u64,
     ) -> Result<()> {
         h.ensure_credits(self.truncate_credits(st))?;
+        self.free_blocks_from_in_handle(h, ino, st, start)
+    }
+
+    /// [`Self::free_blocks_from`] without making sure of credits, which may
+    /// end the handle and start another: for undoing an operation that
+    /// failed part way, whose blocks were all allocated in this handle (it
+    /// holds their bitmaps and descriptors already).
+    pub(crate) fn free_blocks_from_in_handle(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        st: &mut InodeState,
+        start: u64,
+    ) -> Result<()> {
         let mut list = FreeList::default();
         for i in 0..EXT3_NDIR_BLOCKS {
             if i as u64 >= start && st.disk.i_block[i] != 0 {

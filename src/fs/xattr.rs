@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 
 use super::inode::InodeState;
 use super::{Filesystem, FsError, Result};
+use crate::format::inode::Inode;
 use crate::format::xattr::{self as fx, Xattr};
 use crate::format::{BlockNo, Corruption, InodeNo, Location};
 use crate::journal::Handle;
@@ -119,6 +120,10 @@ impl Filesystem {
         })
     }
 
+    /// Applies `edit` to the inode's attributes. Whether they fit is
+    /// decided before anything changes, and the inode is changed on a copy
+    /// kept only on success: a set that fails (ENOSPC) leaves the inode,
+    /// its block and the share index as they were.
     fn change_xattrs(
         &self,
         ino: InodeNo,
@@ -132,11 +137,17 @@ impl Filesystem {
         let (a, b) = self.xattr_lists(ino, &st)?;
         let mut list: Vec<Xattr> = a.into_iter().chain(b).collect();
         edit(&mut list)?;
+        let (ibody, block) = self.layout_xattrs(&st.disk, list)?;
+        let mut disk = st.disk.clone();
+        disk.set_xattr_area(&ibody);
         let mut h = self.journal.start(XATTR_CREDITS)?;
-        let res = self.store_xattrs(&mut h, ino, &mut st, list);
+        let res = self.store_block(&mut h, ino, &mut disk, block.as_deref());
         if res.is_ok() {
+            // The block's changes are in the handle now: the inode must
+            // follow them even if its write fails.
             let (sec, nsec) = crate::util::now();
-            st.disk.i_ctime = crate::format::inode::Timestamp { sec, nsec };
+            disk.i_ctime = crate::format::inode::Timestamp { sec, nsec };
+            st.disk = disk;
         }
         let wrote = res.and_then(|()| self.write_inode(&mut h, ino, &st.disk));
         let stopped = h.stop();
@@ -145,16 +156,16 @@ impl Filesystem {
         Ok(())
     }
 
-    /// Places `list` in the inode (smallest first) and the rest in a block.
-    fn store_xattrs(
+    /// Places `list` in the inode (smallest first) and the rest in a block:
+    /// the new in-inode area and block contents (`None`: no block), or
+    /// ENOSPC when the rest does not fit in a block.
+    fn layout_xattrs(
         &self,
-        h: &mut Handle<'_>,
-        ino: InodeNo,
-        st: &mut InodeState,
+        disk: &Inode,
         mut list: Vec<Xattr>,
-    ) -> Result<()> {
+    ) -> Result<(Vec<u8>, Option<Vec<u8>>)> {
         list.sort_by_key(|x| fx::entry_len(x.name.len()) + fx::value_len(x.value.len()));
-        let area_len = st.disk.xattr_area().len();
+        let area_len = disk.xattr_area().len();
         let mut split = list.len();
         let ibody = loop {
             match fx::build_ibody(area_len, &list[..split])
@@ -166,34 +177,74 @@ impl Filesystem {
             }
         };
         let rest = list.split_off(split);
-        st.disk.set_xattr_area(&ibody);
-        self.store_block(h, ino, st, rest)
+        if rest.is_empty() {
+            return Ok((ibody, None));
+        }
+        let block = fx::build_block(self.block_size as usize, 1, &rest)
+            .map_err(|_| FsError::Invalid("bad xattr"))?
+            .ok_or(FsError::NoSpace)?;
+        Ok((ibody, Some(block)))
     }
 
-    /// Points the inode at a block holding exactly `list` (or none).
+    /// Points `disk` at a block holding exactly `want` (a block image with
+    /// refcount 1), or at none. The block is rewritten in place when the
+    /// inode is its only user, else another block with the same contents
+    /// is shared or a new one written; the old block is let go only after
+    /// that, so a failed allocation changes nothing.
     fn store_block(
         &self,
         h: &mut Handle<'_>,
         ino: InodeNo,
-        st: &mut InodeState,
-        list: Vec<Xattr>,
+        disk: &mut Inode,
+        want: Option<&[u8]>,
     ) -> Result<()> {
         let mut share = self.xattr_share.blocks.lock();
-        if st.disk.i_file_acl != 0 {
-            self.xattr_release_block_locked(h, ino, st, &mut share)?;
+        // xattr_lists has read and checked it.
+        let old = match disk.i_file_acl {
+            0 => None,
+            b => Some(self.check_block_ptr(ino, b)?),
+        };
+        let Some(want) = want else {
+            if old.is_some() {
+                self.xattr_release_block_locked(h, ino, disk, &mut share)?;
+            }
+            return Ok(());
+        };
+        let hash = u32::from_le_bytes([want[12], want[13], want[14], want[15]]);
+        let sectors = (self.block_size / 512) as u64;
+        let mut sole_user = None;
+        if let Some(b) = old {
+            let buf = self.cache.get(b)?;
+            let (same, refs) = {
+                let d = buf.read();
+                let refs = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
+                (d[..4] == want[..4] && d[8..] == want[8..], refs)
+            };
+            if same {
+                return Ok(());
+            }
+            if refs == 1 {
+                sole_user = Some(buf);
+            }
         }
-        if list.is_empty() {
+        if let Some(b) = self.find_shared(h, hash, want, &share)? {
+            if old.is_some() {
+                self.xattr_release_block_locked(h, ino, disk, &mut share)?;
+            }
+            disk.i_file_acl = b.0;
+            disk.i_blocks += sectors;
             return Ok(());
         }
-        let bs = self.block_size as usize;
-        let block = fx::build_block(bs, 1, &list)
-            .map_err(|_| FsError::Invalid("bad xattr"))?
-            .ok_or(FsError::NoSpace)?;
-        let hash = u32::from_le_bytes([block[12], block[13], block[14], block[15]]);
-        let sectors = (self.block_size / 512) as u64;
-        if let Some(b) = self.find_shared(h, hash, &block, &share)? {
-            st.disk.i_file_acl = b.0;
-            st.disk.i_blocks += sectors;
+        if let Some(buf) = sole_user {
+            h.get_write_access(&buf)?;
+            buf.write().copy_from_slice(want);
+            h.dirty_metadata(&buf)?;
+            // Known now under its new contents' hash only.
+            let b = buf.block();
+            for blocks in share.values_mut() {
+                blocks.retain(|&x| x != b);
+            }
+            share.entry(hash).or_default().push(b);
             return Ok(());
         }
         let goal = {
@@ -201,13 +252,26 @@ impl Filesystem {
             sb.group_first_block(sb.inode_group(ino.0).0)
         };
         let (b, _) = self.alloc_blocks(h, goal, 1, true)?;
+        if let Err(e) = self.write_new_xattr_block(h, b, want) {
+            if let Err(u) = self.free_blocks(h, b, 1) {
+                tracing::error!(inode = ino.0, "undoing a new xattr block: {u}");
+            }
+            return Err(e);
+        }
+        share.entry(hash).or_default().push(b);
+        if old.is_some() {
+            self.xattr_release_block_locked(h, ino, disk, &mut share)?;
+        }
+        disk.i_file_acl = b.0;
+        disk.i_blocks += sectors;
+        Ok(())
+    }
+
+    fn write_new_xattr_block(&self, h: &mut Handle<'_>, b: BlockNo, block: &[u8]) -> Result<()> {
         let buf = self.cache.get_new(b)?;
         h.get_write_access(&buf)?;
-        buf.write().copy_from_slice(&block);
+        buf.write().copy_from_slice(block);
         h.dirty_metadata(&buf)?;
-        share.entry(hash).or_default().push(b);
-        st.disk.i_file_acl = b.0;
-        st.disk.i_blocks += sectors;
         Ok(())
     }
 
@@ -251,18 +315,18 @@ impl Filesystem {
         st: &mut InodeState,
     ) -> Result<()> {
         let mut share = self.xattr_share.blocks.lock();
-        self.xattr_release_block_locked(h, ino, st, &mut share)
+        self.xattr_release_block_locked(h, ino, &mut st.disk, &mut share)
     }
 
     fn xattr_release_block_locked(
         &self,
         h: &mut Handle<'_>,
         ino: InodeNo,
-        st: &mut InodeState,
+        disk: &mut Inode,
         share: &mut HashMap<u32, Vec<BlockNo>>,
     ) -> Result<()> {
-        let block = st.disk.i_file_acl;
-        st.disk.i_file_acl = 0;
+        let block = disk.i_file_acl;
+        disk.i_file_acl = 0;
         let b = match self.check_block_ptr(ino, block) {
             Ok(b) => b,
             Err(e) => {
@@ -275,7 +339,7 @@ impl Filesystem {
             }
         };
         let sectors = (self.block_size / 512) as u64;
-        st.disk.i_blocks = st.disk.i_blocks.saturating_sub(sectors);
+        disk.i_blocks = disk.i_blocks.saturating_sub(sectors);
         let buf = self.cache.get(b)?;
         let (magic, refs) = {
             let d = buf.read();
