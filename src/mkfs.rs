@@ -1109,10 +1109,11 @@ mod tests {
             quiet: true,
             ..Default::default()
         };
-        let err = make_filesystem(&path, &req).err().expect("refused");
+        let err = make_filesystem(&path, &req).expect_err("refused");
         assert!(matches!(err, MakeError::InUse(_)), "{err}");
         assert!(
-            err.to_string().ends_with("; will not make a filesystem here!"),
+            err.to_string()
+                .ends_with("; will not make a filesystem here!"),
             "{err}"
         );
         // Neither extended to the size asked for nor written.

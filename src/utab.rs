@@ -65,7 +65,9 @@ impl Drop for UtabEntry {
         // umount(8) has usually removed the line already; only ours goes,
         // never a line a newer daemon on the same target wrote.
         let res = update(&self.utab, |lines| {
-            lines.retain(|l| !(field(l, "TARGET") == Some(&self.target) && pid_of(l) == Some(self.pid)))
+            lines.retain(|l| {
+                !(field(l, "TARGET") == Some(&self.target) && pid_of(l) == Some(self.pid))
+            })
         });
         if let Err(e) = res {
             tracing::debug!(utab = %self.utab.display(), "cannot remove the utab line: {e}");
@@ -102,6 +104,7 @@ fn update(utab: &Path, edit: impl FnOnce(&mut Vec<String>)) -> io::Result<()> {
         .read(true)
         .write(true)
         .create(true)
+        .truncate(false)
         .mode(0o644)
         .open(&lock_name)?;
     loop {

@@ -201,8 +201,8 @@ fn find_mount(mountinfo: &str, canon: &Path) -> Option<PathBuf> {
         if !(*fstype == "fuse" || fstype.starts_with("fuse.")) {
             return None;
         }
-        let same = Path::new(&src) == canon
-            || std::fs::canonicalize(&src).is_ok_and(|s| s == canon);
+        let same =
+            Path::new(&src) == canon || std::fs::canonicalize(&src).is_ok_and(|s| s == canon);
         let target = f.get(4)?;
         same.then(|| PathBuf::from(unescape(target)))
     })
