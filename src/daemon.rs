@@ -7,11 +7,12 @@ use std::io::{self, BufRead};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, SessionACL};
 
+use crate::device::lock::{self, LockKind};
 use crate::device::{BlockDevice, FileDevice, OpenOptions, RecordingDevice, SimDevice};
 use crate::fs::{Filesystem, MountConfig};
 
@@ -64,14 +65,22 @@ pub fn open_filesystem(cfg: &DaemonConfig) -> anyhow::Result<Arc<Filesystem>> {
 pub fn open_recorded(
     cfg: &DaemonConfig,
 ) -> anyhow::Result<(Arc<Filesystem>, Option<Arc<RecordingDevice>>)> {
+    let (fs, recorder, _) = open_locked(cfg)?;
+    Ok((fs, recorder))
+}
+
+/// [`open_recorded`], with a handle on the backing store that tells when
+/// everything holding it (and so its lock) has let go.
+fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
     let opts = OpenOptions {
         read_only: cfg.read_only,
         direct: cfg.direct_io,
         exclusive: true,
+        ..Default::default()
     };
-    let dev = FileDevice::open(&cfg.source, opts)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", cfg.source.display()))?;
-    let mut dev: Arc<dyn BlockDevice> = Arc::new(dev);
+    let file = Arc::new(open_source(&cfg.source, opts)?);
+    let backing = Arc::downgrade(&file);
+    let mut dev: Arc<dyn BlockDevice> = file;
     // The latency model sits next to the backing store; the recorder, if
     // any, above it sees the same writes in the same order.
     if let Some(params) = &cfg.devsim {
@@ -111,7 +120,54 @@ pub fn open_recorded(
         let why = crate::fs::mount::refusal_reason(&*dev).unwrap_or_else(|| e.to_string());
         anyhow::anyhow!("{}: cannot mount: {why}", cfg.source.display())
     })?;
-    Ok((fs, recorder))
+    Ok((fs, recorder, backing))
+}
+
+type Mounted = (
+    Arc<Filesystem>,
+    Option<Arc<RecordingDevice>>,
+    Weak<FileDevice>,
+);
+
+/// How long a mount waits for an image that is locked but not mounted: a
+/// daemon unmounted a moment ago (by `fusermount3 -u`, which does not
+/// wait) that is still writing the image back and exiting.
+const LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// Opens the image, or refuses with who holds it: at once when it is
+/// mounted, after [`LOCK_WAIT`] when it is only locked.
+fn open_source(source: &Path, opts: OpenOptions) -> anyhow::Result<FileDevice> {
+    let deadline = Instant::now() + LOCK_WAIT;
+    loop {
+        let err = match FileDevice::open(source, opts) {
+            Ok(dev) => return Ok(dev),
+            Err(e) => e,
+        };
+        let Some(busy) = lock::in_use(&err) else {
+            return Err(anyhow::anyhow!("{}: {err}", source.display()));
+        };
+        if busy.holder.mountpoint.is_some() || Instant::now() >= deadline {
+            return Err(anyhow::anyhow!("{busy}"));
+        }
+        tracing::debug!("{busy}: waiting for it to let go");
+        let kind = if opts.read_only {
+            LockKind::Read
+        } else {
+            LockKind::Write
+        };
+        wait_unlocked(source, kind, deadline);
+    }
+}
+
+/// Polls until a `kind` lock on `source` would be granted, or `deadline`.
+/// F_OFD_GETLK is cheap, unlike finding a holder in /proc.
+fn wait_unlocked(source: &Path, kind: LockKind, deadline: Instant) {
+    let Ok(file) = std::fs::File::open(source) else {
+        return;
+    };
+    while Instant::now() < deadline && lock::conflicts(&file, kind).unwrap_or(false) {
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// The file through which a workload asks the daemon for marks in a
@@ -139,13 +195,14 @@ fn take_mark_requests(rec: &RecordingDevice, log: &Path) {
 
 /// Checks, without writing, that the source holds a filesystem this build
 /// can mount, so that errors reach the user before daemonizing.
+/// An image in use is refused here too, with the lock the mount will take
+/// (exclusive unless read-only), so a second mount fails before daemonizing.
 pub fn check_mountable(cfg: &DaemonConfig) -> anyhow::Result<()> {
     let opts = OpenOptions {
-        read_only: true,
+        read_only: cfg.read_only,
         ..Default::default()
     };
-    let dev = FileDevice::open(&cfg.source, opts)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", cfg.source.display()))?;
+    let dev = open_source(&cfg.source, opts)?;
     let cannot = |why: String| anyhow::anyhow!("{}: cannot mount: {why}", cfg.source.display());
     let sb = crate::fs::mount::read_superblock(&dev).map_err(|e| cannot(e.to_string()))?;
     // Features first: an ext4 image's descriptors would not even parse.
@@ -156,10 +213,20 @@ pub fn check_mountable(cfg: &DaemonConfig) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The image's canonical path: the mount's source in mountinfo, which
+/// the utab line must match and by which a busy image finds its mount.
+fn canonical_source(cfg: &DaemonConfig) -> PathBuf {
+    std::fs::canonicalize(&cfg.source).unwrap_or_else(|_| cfg.source.clone())
+}
+
 fn fuse_options(cfg: &DaemonConfig) -> Vec<MountOption> {
     let mut out = vec![
-        MountOption::FSName(cfg.source.display().to_string()),
-        MountOption::Subtype("jbdfs".into()),
+        MountOption::FSName(canonical_source(cfg).display().to_string()),
+        // As a kernel option, not fuser's Subtype: mounting as root, fuser
+        // calls mount(2) itself and passes Subtype only to fusermount, so
+        // the type would read plain `fuse` and umount(8) would never run
+        // umount.fuse.jbdfs. fusermount3 takes subtype= from -o as well.
+        MountOption::CUSTOM("subtype=jbdfs".into()),
         MountOption::DefaultPermissions,
     ];
     out.push(if cfg.read_only {
@@ -188,8 +255,17 @@ fn fuse_options(cfg: &DaemonConfig) -> Vec<MountOption> {
 }
 
 /// Serves the filesystem in this process until it is unmounted.
+///
+/// Returns only once nothing holds the image any more (its lock is free),
+/// the pid file and utab line are gone, and the helper threads are joined:
+/// `umount.fuse.jbdfs` waits for the lock, and `umount; mount` must not
+/// find this daemon's lock or files in the next one's way.
 pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
-    let (fs, recorder) = open_recorded(cfg)?;
+    let (fs, recorder, backing) = open_locked(cfg)?;
+    // Both before the mount goes live: umount may come the moment mount
+    // returns, and it needs them to wait for us.
+    let pidfile = PidFile::create(&cfg.mountpoint);
+    let utab = add_utab_line(cfg);
     let mut config = Config::default();
     config.mount_options = fuse_options(cfg);
     config.n_threads = Some(cfg.threads.max(1));
@@ -197,29 +273,78 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
     if cfg.allow_other {
         config.acl = SessionACL::All;
     }
-    let mut session = fuser::Session::new(
+    let session = fuser::Session::new(
         crate::fuse::JbdFuse::new(fs.clone()).with_direct_io(cfg.fuse_direct_io),
         &cfg.mountpoint,
         &config,
-    )
-    .map_err(|e| anyhow::anyhow!("{}: cannot mount: {e}", cfg.mountpoint.display()))?;
+    );
+    let mut session = match session {
+        Ok(s) => s,
+        Err(e) => {
+            let _ = fs.unmount();
+            release(fs, backing);
+            return Err(anyhow::anyhow!(
+                "{}: cannot mount: {e}",
+                cfg.mountpoint.display()
+            ));
+        }
+    };
     let unmounter = session.unmount_callable();
     let marks = recorder.zip(cfg.record.clone());
-    watch_signals(unmounter, fs.clone(), marks)?;
+    let signals = SignalWatcher::start(unmounter, fs.clone(), marks)?;
     let stats = StatsWriter::start(fs.clone(), cfg.stats.clone());
     tracing::info!(source = %cfg.source.display(), mountpoint = %cfg.mountpoint.display(), "mounted");
     if std::env::var_os(CHILD_ENV).is_some() {
         // The parent stops relaying our stderr once the mount is live.
         DETACHED.store(true, Ordering::Relaxed);
     }
-    let pidfile = PidFile::create(&cfg.mountpoint);
+    // run() consumes the session: its handle on the filesystem is gone
+    // when it returns.
     let res = session.run();
-    fs.unmount()
-        .map_err(|e| anyhow::anyhow!("writing the filesystem back failed: {e}"))?;
-    tracing::info!("unmounted cleanly");
+    drop(signals);
+    let written = fs.unmount();
+    if written.is_ok() {
+        tracing::info!("unmounted cleanly");
+    }
     drop(stats);
     drop(pidfile);
+    drop(utab);
+    release(fs, backing);
+    written.map_err(|e| anyhow::anyhow!("writing the filesystem back failed: {e}"))?;
     res.map_err(|e| anyhow::anyhow!("FUSE session failed: {e}"))
+}
+
+/// Drops the last handle on the filesystem, then waits until the backing
+/// store is closed, which frees the image's lock. Background threads hold
+/// the filesystem weakly, but one may be inside a call for a moment.
+fn release(fs: Arc<Filesystem>, backing: Weak<FileDevice>) {
+    drop(fs);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while backing.strong_count() > 0 {
+        if Instant::now() > deadline {
+            tracing::warn!("the image is still open 10 s after unmount; it is freed at exit");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
+/// The utab line through which umount(8) runs umount.fuse.jbdfs (see
+/// [`crate::utab`]); only root can write utab, as only root's umount
+/// skips the mount table without one.
+fn add_utab_line(cfg: &DaemonConfig) -> Option<crate::utab::UtabEntry> {
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    if unsafe { libc::geteuid() } != 0 {
+        return None;
+    }
+    let utab = crate::utab::utab_path();
+    match crate::utab::UtabEntry::add(&utab, &canonical_source(cfg), &cfg.mountpoint) {
+        Ok(e) => Some(e),
+        Err(e) => {
+            tracing::warn!(utab = %utab.display(), "cannot add a utab line; umount will not wait for the daemon: {e}");
+            None
+        }
+    }
 }
 
 /// Where a daemon serving `mountpoint` records its pid, so that
@@ -258,7 +383,10 @@ impl PidFile {
 
 impl Drop for PidFile {
     fn drop(&mut self) {
-        if let Some(p) = &self.0 {
+        let Some(p) = &self.0 else { return };
+        // Another daemon on this mount point may have replaced ours.
+        let ours = format!("{}\n", std::process::id());
+        if std::fs::read_to_string(p).is_ok_and(|t| t == ours) {
             let _ = std::fs::remove_file(p);
         }
     }
@@ -266,68 +394,102 @@ impl Drop for PidFile {
 
 /// SIGTERM, SIGINT and SIGHUP unmount, which ends the session; SIGUSR1
 /// logs the journal statistics; SIGUSR2 takes mark requests for a
-/// `record=` log.
-fn watch_signals(
-    mut unmounter: fuser::SessionUnmounter,
-    fs: Arc<Filesystem>,
-    marks: Option<(Arc<RecordingDevice>, PathBuf)>,
-) -> anyhow::Result<()> {
-    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
-    let mut signals =
-        signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2])?;
-    std::thread::Builder::new()
-        .name("jbdfs-signals".into())
-        .spawn(move || {
-            for sig in signals.forever() {
-                if sig == SIGUSR1 {
-                    tracing::info!("journal statistics:\n{}", fs.journal_stats());
-                    continue;
-                }
-                if sig == SIGUSR2 {
-                    if let Some((rec, log)) = &marks {
-                        take_mark_requests(rec, log);
+/// `record=` log. Dropping the watcher stops its thread and joins it, so
+/// that the filesystem it holds is let go.
+struct SignalWatcher {
+    handle: signal_hook::iterator::Handle,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl SignalWatcher {
+    fn start(
+        mut unmounter: fuser::SessionUnmounter,
+        fs: Arc<Filesystem>,
+        marks: Option<(Arc<RecordingDevice>, PathBuf)>,
+    ) -> anyhow::Result<SignalWatcher> {
+        use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
+        let mut signals =
+            signal_hook::iterator::Signals::new([SIGTERM, SIGINT, SIGHUP, SIGUSR1, SIGUSR2])?;
+        let handle = signals.handle();
+        let thread = std::thread::Builder::new()
+            .name("jbdfs-signals".into())
+            .spawn(move || {
+                for sig in signals.forever() {
+                    if sig == SIGUSR1 {
+                        tracing::info!("journal statistics:\n{}", fs.journal_stats());
+                        continue;
                     }
-                    continue;
+                    if sig == SIGUSR2 {
+                        if let Some((rec, log)) = &marks {
+                            take_mark_requests(rec, log);
+                        }
+                        continue;
+                    }
+                    tracing::info!(signal = sig, "unmounting on signal");
+                    if let Err(e) = unmounter.unmount() {
+                        tracing::error!("unmount on signal failed: {e}");
+                    }
+                    return;
                 }
-                tracing::info!(signal = sig, "unmounting on signal");
-                if let Err(e) = unmounter.unmount() {
-                    tracing::error!("unmount on signal failed: {e}");
-                }
-                return;
-            }
-        })?;
-    Ok(())
+            })?;
+        Ok(SignalWatcher {
+            handle,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for SignalWatcher {
+    fn drop(&mut self) {
+        self.handle.close();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
 }
 
 /// Writes the journal statistics to `-o stats=PATH` every second, and once
-/// more when dropped (at unmount).
+/// more when dropped (at unmount), after its thread is joined.
 struct StatsWriter {
     path: Option<PathBuf>,
     fs: Arc<Filesystem>,
-    stop: Arc<AtomicBool>,
+    stop: Option<crossbeam_channel::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl StatsWriter {
     fn start(fs: Arc<Filesystem>, path: Option<PathBuf>) -> StatsWriter {
-        let stop = Arc::new(AtomicBool::new(false));
-        if let Some(p) = path.clone() {
-            let (fs, stop) = (fs.clone(), stop.clone());
-            let _ = std::thread::Builder::new()
+        let (tx, rx) = crossbeam_channel::bounded::<()>(0);
+        let thread = path.clone().and_then(|p| {
+            let fs = fs.clone();
+            std::thread::Builder::new()
                 .name("jbdfs-stats".into())
-                .spawn(move || {
-                    while !stop.load(Ordering::Relaxed) {
-                        write_stats(&p, &fs);
-                        std::thread::sleep(Duration::from_secs(1));
+                .spawn(move || loop {
+                    write_stats(&p, &fs);
+                    // Ends at once when the sender is dropped.
+                    if rx.recv_timeout(Duration::from_secs(1))
+                        != Err(crossbeam_channel::RecvTimeoutError::Timeout)
+                    {
+                        return;
                     }
-                });
+                })
+                .ok()
+        });
+        StatsWriter {
+            path,
+            fs,
+            stop: Some(tx),
+            thread,
         }
-        StatsWriter { path, fs, stop }
     }
 }
 
 impl Drop for StatsWriter {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Relaxed);
+        drop(self.stop.take());
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
         if let Some(p) = &self.path {
             write_stats(p, &self.fs);
         }

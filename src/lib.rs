@@ -73,4 +73,5 @@ pub mod fuse;
 pub mod journal;
 pub mod mkfs;
 pub mod options;
+pub mod utab;
 pub mod util;

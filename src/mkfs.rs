@@ -1094,6 +1094,37 @@ mod tests {
     }
 
     #[test]
+    fn an_image_in_use_is_left_untouched() {
+        let path = std::env::temp_dir().join(format!(
+            "jbdfs-mkfs-busy-{}-{}",
+            std::process::id(),
+            crate::util::unique_suffix()
+        ));
+        std::fs::write(&path, vec![7u8; 1 << 20]).unwrap();
+        let holder =
+            crate::device::FileDevice::open(&path, crate::device::OpenOptions::default()).unwrap();
+        let req = Request {
+            size: Some(16 << 20),
+            force: true,
+            quiet: true,
+            ..Default::default()
+        };
+        let err = make_filesystem(&path, &req).expect_err("refused");
+        assert!(matches!(err, MakeError::InUse(_)), "{err}");
+        assert!(
+            err.to_string()
+                .ends_with("; will not make a filesystem here!"),
+            "{err}"
+        );
+        // Neither extended to the size asked for nor written.
+        assert_eq!(std::fs::read(&path).unwrap(), vec![7u8; 1 << 20]);
+        drop(holder);
+        make_filesystem(&path, &req).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 16 << 20);
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
     fn lost_found_sizes_match_mke2fs() {
         assert_eq!(lost_found_blocks(1024), 12);
         assert_eq!(lost_found_blocks(2048), 8);
@@ -1133,6 +1164,9 @@ pub enum MakeError {
         size: u64,
         device: u64,
     },
+    /// Mounted or opened by another program (mke2fs's wording).
+    #[error("{0}; will not make a filesystem here!")]
+    InUse(crate::device::lock::InUse),
 }
 
 /// Parses a size the way mke2fs does: a number with an optional K, M, G or T
@@ -1224,7 +1258,10 @@ enum TargetError {
 
 impl From<io::Error> for TargetError {
     fn from(e: io::Error) -> Self {
-        TargetError::Io(e)
+        match crate::device::lock::in_use(&e) {
+            Some(busy) => TargetError::Make(MakeError::InUse(busy.clone())),
+            None => TargetError::Io(e),
+        }
     }
 }
 
@@ -1290,6 +1327,9 @@ impl Target {
         })
     }
 
+    /// Opens the target for writing: locked (an image file) or O_EXCL (a
+    /// device) before anything about it changes, so an image in use is
+    /// left exactly as it was.
     fn open(
         &self,
         path: &std::path::Path,
@@ -1300,17 +1340,13 @@ impl Target {
                 .create_new(true)
                 .open(path)?;
         }
-        if !self.is_block_device {
-            let f = std::fs::OpenOptions::new().write(true).open(path)?;
-            if f.metadata()?.len() < self.fs_bytes {
-                f.set_len(self.fs_bytes)?;
-            }
-        }
         let opts = crate::device::OpenOptions {
             exclusive: true,
             ..Default::default()
         };
-        Ok(crate::device::FileDevice::open(path, opts)?)
+        let mut dev = crate::device::FileDevice::open(path, opts)?;
+        dev.grow_to(self.fs_bytes)?;
+        Ok(dev)
     }
 
     /// Makes the filesystem's range read as zeros where that is cheap.

@@ -98,8 +98,10 @@ fn main() -> ExitCode {
             dir,
             jobs,
         } => campaign(quick, &workloads, &modes, seed, &dir, jobs),
-        Cmd::Check { log, state, choice } => check_log(&log, state, choice.choice(), 2),
-        Cmd::Show { log } => show(&log),
+        Cmd::Check { log, state, choice } => {
+            lock_log(&log).and_then(|_lock| check_log(&log, state, choice.choice(), 2))
+        }
+        Cmd::Show { log } => lock_log(&log).and_then(|_lock| show(&log)),
     };
     match res {
         Ok(t) => {
@@ -229,6 +231,21 @@ fn campaign(
         );
     }
     Ok(total)
+}
+
+/// A read lock on a saved log, held while it is read: a daemon recording
+/// it (`-o record=`) holds a write lock, and its log has no end yet.
+fn lock_log(log: &Path) -> anyhow::Result<std::fs::File> {
+    use jbdfs::device::lock::{self, InUse, LockKind};
+    let file = std::fs::File::open(log).with_context(|| log.display().to_string())?;
+    if !lock::try_lock(&file, LockKind::Read)? {
+        let busy = InUse {
+            path: log.to_path_buf(),
+            holder: lock::find_holder(log, &file),
+        };
+        anyhow::bail!("{busy}: it is still being recorded");
+    }
+    Ok(file)
 }
 
 /// Prints the operations and the log, marks and flushes in order.

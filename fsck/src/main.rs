@@ -12,6 +12,7 @@ macro_rules! say {
         jbdfs::fsck::problem::out(&format!($($t)*))
     };
 }
+use jbdfs::device::lock::{self, LockKind};
 use jbdfs::device::{FileDevice, OpenOptions};
 use jbdfs::fsck::{self, exit, FsckError, FsckOptions, Mode};
 
@@ -20,7 +21,7 @@ use jbdfs::fsck::{self, exit, FsckError, FsckOptions, Mode};
     name = "fsck.jbdfs",
     version,
     about = "Check a jbdfs (ext3) filesystem, with e2fsck's flags and exit codes",
-    after_help = "Exit status: 0 clean, 1 errors corrected, 4 errors left uncorrected, 8 operational error, 16 usage error, 32 cancelled."
+    after_help = "Exit status: 0 clean, 1 errors corrected, 4 errors left uncorrected, 8 operational error, 16 usage error, 32 cancelled.\nWith -p, -a or -y an image in use (mounted by jbdfs) is refused (exit 8); -n checks it anyway, read-only, with a warning."
 )]
 struct Args {
     /// Open read-only and answer "no" to every question.
@@ -77,19 +78,36 @@ fn run(args: &Args) -> u8 {
         Mode::No
     };
     let name = args.device.display().to_string();
+    // As e2fsck: a check that may write needs the image to itself (its
+    // lock, or O_EXCL on a device); -n looks without a lock, and warns.
     let dev = match FileDevice::open(
         &args.device,
         OpenOptions {
             read_only: mode == Mode::No,
+            exclusive: mode != Mode::No,
+            no_lock: mode == Mode::No,
             ..Default::default()
         },
     ) {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("fsck.jbdfs: {e} while trying to open {name}");
+            if let Some(busy) = lock::in_use(&e) {
+                eprintln!("fsck.jbdfs: {busy}.");
+                eprintln!("fsck.jbdfs: Cannot continue, aborting.");
+            } else {
+                eprintln!("fsck.jbdfs: {e} while trying to open {name}");
+            }
             return exit::ERROR;
         }
     };
+    if mode == Mode::No && lock::conflicts(dev.file(), LockKind::Read).unwrap_or(false) {
+        let busy = lock::InUse {
+            path: args.device.clone(),
+            holder: lock::find_holder(&args.device, dev.file()),
+        };
+        say!("Warning!  {busy}.");
+        say!("Warning: it may change while it is checked; what is found may not be there.\n");
+    }
     let opts = FsckOptions {
         mode,
         force: args.force,

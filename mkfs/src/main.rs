@@ -12,7 +12,7 @@ use jbdfs::mkfs::{self, MkfsOptions, Request};
     name = "mkfs.jbdfs",
     version,
     about = "Make an ext3 filesystem for jbdfs (mke2fs-compatible flags)",
-    after_help = "SIZE takes a K, M, G or T suffix; a bare number counts blocks of -b, or KiB without -b.\nDEVICE may be a regular file (created or extended to SIZE) or a block device."
+    after_help = "SIZE takes a K, M, G or T suffix; a bare number counts blocks of -b, or KiB without -b.\nDEVICE may be a regular file (created or extended to SIZE) or a block device.\nAn image in use (mounted by jbdfs, or open in fsck) is refused, even with -F, and left untouched."
 )]
 struct Args {
     /// Block size in bytes: 1024, 2048 or 4096.

@@ -7,6 +7,7 @@ use std::os::unix::fs::{FileExt, FileTypeExt, OpenOptionsExt};
 use std::os::unix::io::AsRawFd;
 use std::path::Path;
 
+use super::lock::{self, LockKind};
 use super::BlockDevice;
 
 /// Alignment O_DIRECT needs for buffers, offsets and lengths on every device
@@ -22,6 +23,11 @@ pub struct OpenOptions {
     /// Open block devices with O_EXCL, so that a mounted device cannot be
     /// opened a second time.
     pub exclusive: bool,
+    /// Take no lock on an image file (`fsck -n`, which may look at an
+    /// image in use). Otherwise an image file is locked for as long as the
+    /// device is open: shared when read-only, exclusive when read-write, and
+    /// the open fails with [`lock::InUse`] when someone else holds it.
+    pub no_lock: bool,
 }
 
 pub struct FileDevice {
@@ -53,6 +59,18 @@ impl FileDevice {
             .write(!opts.read_only)
             .custom_flags(flags)
             .open(path)?;
+        // Block devices have O_EXCL; an OFD lock on a device node would
+        // only cover that one node, not the device.
+        if !is_block_device && !opts.no_lock {
+            let kind = if opts.read_only {
+                LockKind::Read
+            } else {
+                LockKind::Write
+            };
+            if !lock::try_lock(&file, kind)? {
+                return Err(lock::in_use_error(path, &file));
+            }
+        }
         // Seeking to the end gives the size of block devices and files alike.
         let size = file.seek(SeekFrom::End(0))?;
         Ok(FileDevice {
@@ -69,6 +87,17 @@ impl FileDevice {
 
     pub fn file(&self) -> &File {
         &self.file
+    }
+
+    /// Extends an image file to `len` bytes (never shrinks it), for mkfs,
+    /// which must lock the image before changing it.
+    pub fn grow_to(&mut self, len: u64) -> io::Result<()> {
+        if self.is_block_device || len <= self.size {
+            return Ok(());
+        }
+        self.file.set_len(len)?;
+        self.size = len;
+        Ok(())
     }
 
     fn aligned(&self, len: usize, offset: u64) -> bool {
@@ -289,6 +318,37 @@ mod tests {
         let mut b = vec![0u8; 8192];
         d.read_at(&mut b, 8192).unwrap();
         assert!(b.iter().all(|&x| x == 7));
+        std::fs::remove_file(path).unwrap();
+    }
+
+    #[test]
+    fn an_image_open_for_writing_is_not_opened_again() {
+        let (path, _f) = temp_image(1 << 16);
+        let rw = FileDevice::open(&path, OpenOptions::default()).unwrap();
+        let ro = OpenOptions {
+            read_only: true,
+            ..Default::default()
+        };
+        for opts in [OpenOptions::default(), ro] {
+            let e = FileDevice::open(&path, opts).err().expect("refused");
+            let busy = lock::in_use(&e).expect("an InUse error");
+            assert_eq!(busy.holder.pid, Some(std::process::id()));
+            assert!(e.to_string().contains("is in use"), "{e}");
+        }
+        let unlocked = OpenOptions {
+            no_lock: true,
+            ..ro
+        };
+        FileDevice::open(&path, unlocked).unwrap();
+        drop(rw);
+        let a = FileDevice::open(&path, ro).unwrap();
+        let _b = FileDevice::open(&path, ro).unwrap();
+        assert!(FileDevice::open(&path, OpenOptions::default()).is_err());
+        drop((a, _b));
+        let mut d = FileDevice::open(&path, OpenOptions::default()).unwrap();
+        d.grow_to(1 << 17).unwrap();
+        assert_eq!(d.size(), 1 << 17);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 1 << 17);
         std::fs::remove_file(path).unwrap();
     }
 

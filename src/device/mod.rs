@@ -8,6 +8,7 @@
 pub mod devsim;
 pub mod fault;
 pub mod file;
+pub mod lock;
 pub mod memory;
 pub mod overlay;
 pub mod record;

@@ -82,8 +82,20 @@ impl RecordingDevice {
         path: &Path,
         description: &str,
     ) -> io::Result<Self> {
+        // Locked for as long as it is written, so that `jbdfs-crash check`
+        // refuses a log whose end is not there yet (and cannot truncate one
+        // being checked).
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        if !super::lock::try_lock(&file, super::lock::LockKind::Write)? {
+            return Err(super::lock::in_use_error(path, &file));
+        }
+        file.set_len(0)?;
         save_sparse(&*inner, &base_image_path(path))?;
-        let mut out = BufWriter::with_capacity(1 << 20, File::create(path)?);
+        let mut out = BufWriter::with_capacity(1 << 20, file);
         out.write_all(LOG_MAGIC)?;
         out.write_all(&LOG_VERSION.to_le_bytes())?;
         out.write_all(&0u32.to_le_bytes())?;
@@ -403,6 +415,10 @@ mod tests {
         d.flush().unwrap();
         d.write_vectored_at(&[IoSlice::new(b"c"), IoSlice::new(b"d")], 10)
             .unwrap();
+        // A second recorder cannot take over (and truncate) a log in use.
+        let other = Arc::new(MemoryDevice::new(4096).unwrap());
+        let busy = RecordingDevice::to_file(other, &path, "").err().unwrap();
+        assert!(super::super::lock::in_use(&busy).is_some(), "{busy}");
         drop(d);
         let log = read_log(&path).unwrap();
         assert_eq!(log.description, "test log");
