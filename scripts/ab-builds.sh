@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Before and after in one run: the same fs_mark and sequential-I/O workloads
+# on two or more builds of jbdfs, interleaved round by round so that the
+# machine's load changes touch every build alike; medians per build and
+# ratios against the first.
+#
+#   scripts/ab-builds.sh [--rounds R] [--threads "1 4 16"] [--no-seqio]
+#       LABEL=BINDIR LABEL=BINDIR...
+#
+# BINDIR holds a build's jbdfs and mkfs-jbdfs (for example
+# `git worktree add --detach /tmp/old REV && cargo build --release
+# --workspace` there, then /tmp/old/target/release). Each round runs, for
+# each build in an order rotated by one each round:
+#   - scripts/bench-fsmark.sh --devices "ram disk" --bdelay auto (files/s);
+#   - scripts/bench-seqio.sh --quick: cold 4 KiB reads, multiblock and
+#     max_map=1, and dd bs=1M conv=fsync writes in each data mode (MB/s).
+# Every image is checked with e2fsck -fn by those scripts. R defaults to 3.
+# Prints one Markdown table: the median of each figure for each build, and
+# each later build's median over the first's.
+set -euo pipefail
+# shellcheck source=scripts/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+
+rounds=3
+threads="1 4 16"
+seqio=1
+builds=()
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --rounds) rounds="$2"; shift ;;
+        --threads) threads="$2"; shift ;;
+        --no-seqio) seqio=0 ;;
+        -h | --help) sed -n '2,19p' "$0"; exit 0 ;;
+        *=*) builds+=("$1") ;;
+        *) die "unknown argument: $1 (builds are LABEL=BINDIR)" ;;
+    esac
+    shift
+done
+[ "${#builds[@]}" -ge 2 ] || die "give at least two builds as LABEL=BINDIR"
+for b in "${builds[@]}"; do
+    [ -x "${b#*=}/jbdfs" ] || die "${b#*=}/jbdfs not found (build ${b%%=*} first)"
+done
+need_root "FUSE and loop mounts"
+
+work="$(mktemp -d /tmp/jbdfs-ab.XXXXXX)"
+info "results and logs in $work"
+results="$work/results.tsv"
+: >"$results"
+
+# seqio_rows LABEL ROUND FILE: the jbdfs figures of bench-seqio's tables.
+seqio_rows() {
+    awk -F'|' -v l="$1" -v r="$2" '
+        function n(s) { gsub(/[ ,]/, "", s); return s }
+        NF == 10 && n($3) ~ /^[0-9.]+$/ {
+            print l "\t" r "\tread " n($2) " multiblock, MB/s\t" n($3)
+            print l "\t" r "\tread " n($2) " max_map=1, MB/s\t" n($4)
+        }
+        NF == 9 && n($4) ~ /^[0-9.]+$/ {
+            print l "\t" r "\twrite " n($2) " data=" n($3) ", MB/s\t" n($4)
+        }' "$3"
+}
+
+# one_build LABEL BINDIR ROUND
+one_build() {
+    local label="$1" bin="$2" round="$3" tsv="$work/fsmark-$1-$3.tsv"
+    info "round $round: $label"
+    JBDFS_NO_BUILD=1 JBDFS_BIN_DIR="$bin" "$JBDFS_ROOT/scripts/bench-fsmark.sh" \
+        --devices "ram disk" --bdelay auto --threads "$threads" --no-refs \
+        --out "$tsv" >"$work/fsmark-$label-$round.log" 2>&1 \
+        || die "bench-fsmark failed for $label (see $work/fsmark-$label-$round.log)"
+    awk -F'\t' -v l="$label" -v r="$round" \
+        '{ print l "\t" r "\tfs_mark " $2 ", " $5 " threads, files/s\t" $6 }' "$tsv" >>"$results"
+    [ "$seqio" = 1 ] || return 0
+    JBDFS_NO_BUILD=1 JBDFS_BIN_DIR="$bin" "$JBDFS_ROOT/scripts/bench-seqio.sh" --quick \
+        >"$work/seqio-$label-$round.md" 2>"$work/seqio-$label-$round.log" \
+        || die "bench-seqio failed for $label (see $work/seqio-$label-$round.log)"
+    seqio_rows "$label" "$round" "$work/seqio-$label-$round.md" >>"$results"
+}
+
+n="${#builds[@]}"
+for round in $(seq 1 "$rounds"); do
+    for k in $(seq 0 $((n - 1))); do
+        b="${builds[$(((k + round - 1) % n))]}"
+        one_build "${b%%=*}" "${b#*=}" "$round"
+    done
+done
+
+labels=()
+for b in "${builds[@]}"; do labels+=("${b%%=*}"); done
+section "before and after ($(date -u +%F), $rounds rounds, medians)"
+python3 - "$results" "${labels[@]}" <<'EOF'
+import statistics
+import sys
+
+path, labels = sys.argv[1], sys.argv[2:]
+runs = {}
+order = []
+for line in open(path):
+    label, _round, figure, value = line.rstrip("\n").split("\t")
+    if figure not in order:
+        order.append(figure)
+    runs.setdefault((figure, label), []).append(float(value))
+head = ["figure"] + labels + [f"{l}/{labels[0]}" for l in labels[1:]]
+print("| " + " | ".join(head) + " |")
+print("|" + "---|" * len(head))
+for figure in order:
+    meds = [statistics.median(runs[(figure, l)]) if (figure, l) in runs else None for l in labels]
+    cells = [f"{m:,.0f}" if m is not None else "-" for m in meds]
+    base = meds[0]
+    cells += [f"{m / base:.2f}" if m and base else "-" for m in meds[1:]]
+    print("| " + figure + " | " + " | ".join(cells) + " |")
+EOF
