@@ -40,6 +40,7 @@ impl Journal {
         let mut st = self.state.lock();
         let mut entries: Vec<(u32, Checkpointed)> = st.checkpoint.drain().collect();
         st.kept_copies = 0;
+        st.checkpointing = entries.iter().map(|(b, _)| *b).collect();
         entries.sort_by_key(|(b, _)| *b);
         // A buffer without a copy is in no running transaction and holds
         // its committed bytes. Its read guard is taken before the state lock
@@ -63,9 +64,12 @@ impl Journal {
                 c.copy = c.copy.or(copy);
                 st.file_checkpoint(b, c);
             }
+            st.checkpointing.clear();
             return Err(e);
         }
         drop(guards);
+        // Home now: a data write to one of these blocks may bypass the log.
+        self.state.lock().checkpointing.clear();
         self.barrier(log)?;
         let next = self.state.lock().running.tid;
         self.write_journal_superblock(log, 0, next)?;

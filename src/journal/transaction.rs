@@ -96,6 +96,11 @@ pub(super) struct JState {
     pub head: u32,
     pub log_empty: bool,
     pub checkpoint: HashMap<u32, Checkpointed>,
+    /// Blocks a checkpoint has taken off `checkpoint` and is writing home:
+    /// until those writes land, the log's copy is still the newest on the
+    /// device's way, and a data write to the block must go through the log
+    /// too (else the checkpoint's older copy could land over it).
+    pub checkpointing: HashSet<u32>,
     /// How many `checkpoint` entries hold a copy (memory beyond the cache).
     pub kept_copies: usize,
     pub shutdown: bool,
@@ -117,6 +122,15 @@ impl JState {
         let old = self.checkpoint.insert(block, c);
         self.kept_copies -= old.as_ref().map_or(0, |o| usize::from(o.copy.is_some()));
         old
+    }
+
+    /// Whether the log holds, or is about to hold, a copy of `block`, or a
+    /// checkpoint is writing one home.
+    pub fn holds_copy(&self, block: u32) -> bool {
+        self.running.members.contains(&block)
+            || self.committing.contains(&block)
+            || self.checkpoint.contains_key(&block)
+            || self.checkpointing.contains(&block)
     }
 
     /// Takes `block` off the checkpoint list.
@@ -197,6 +211,7 @@ impl Journal {
                 head: 0,
                 log_empty: true,
                 checkpoint: HashMap::new(),
+                checkpointing: HashSet::new(),
                 kept_copies: 0,
                 shutdown: false,
                 error: None,
@@ -437,9 +452,7 @@ impl Journal {
         // Only a block with a copy in the log (or on its way there) needs a
         // revoke record; a data block that never was logged needs none, as
         // in ext3, and a big truncate then costs no log space for its data.
-        let logged = st.running.members.contains(&block)
-            || st.committing.contains(&block)
-            || st.checkpoint.contains_key(&block);
+        let logged = st.holds_copy(block);
         if st.running.members.remove(&block) {
             if let Some(i) = st.running.buffers.iter().position(|b| b.block().0 == block) {
                 let b = st.running.buffers.swap_remove(i);
@@ -460,16 +473,14 @@ impl Journal {
     }
 
     /// Whether the log holds, or is about to hold, a copy of `block`: it is
-    /// in the running or the committing transaction, or waits for
-    /// checkpoint. Its newest contents are then in the buffer cache.
+    /// in the running or the committing transaction, waits for checkpoint,
+    /// or is being written home by one. Its newest contents are then in the
+    /// buffer cache.
     pub fn holds_copy(&self, block: u32) -> bool {
         if !self.logging() {
             return false;
         }
-        let st = self.state.lock();
-        st.running.members.contains(&block)
-            || st.committing.contains(&block)
-            || st.checkpoint.contains_key(&block)
+        self.state.lock().holds_copy(block)
     }
 
     /// Whether `block` was freed by a transaction that has not committed,
