@@ -262,3 +262,118 @@ fn a_checkpoint_under_way_never_lands_over_a_newer_write_to_a_tail() {
         assert_clean(&mem, "after the tail's write");
     }
 }
+
+/// xorshift64*: a seeded source of operations.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// fsx in-process: one file's random writes (whole pages, as the kernel's
+/// writeback sends them, and partial ones), truncates down and up, reads
+/// checked against a model, and fsyncs.
+fn exercise(fs: &Filesystem, name: &[u8], seed: u64, ops: usize) {
+    const MAX: u64 = 256 << 10;
+    let (f, _) = fs.mknod(ROOT, name, 0o100644, 0, ME).unwrap();
+    let mut model: Vec<u8> = Vec::new();
+    let mut rng = Rng(seed | 1);
+    for step in 0..ops {
+        let fill = (step % 251) as u8 + 1;
+        match rng.below(10) {
+            0..=3 => {
+                let (off, len) = if rng.below(2) == 0 {
+                    (rng.below(MAX / 4096) * 4096, 4096 * (1 + rng.below(4)))
+                } else {
+                    (rng.below(MAX - 1), 1 + rng.below(0x8000))
+                };
+                let len = len.min(MAX - off);
+                let data = vec![fill; len as usize];
+                fs.write(f, off, &data, true).unwrap();
+                let end = (off + len) as usize;
+                if model.len() < end {
+                    model.resize(end, 0);
+                }
+                model[off as usize..end].copy_from_slice(&data);
+            }
+            4..=5 => {
+                let size = match rng.below(3) {
+                    0 => rng.below(model.len() as u64 + 1),
+                    _ => rng.below(MAX),
+                };
+                truncate(fs, f, size);
+                model.resize(size as usize, 0);
+            }
+            6..=8 => {
+                if model.is_empty() {
+                    continue;
+                }
+                let off = rng.below(model.len() as u64);
+                let len = 1 + rng.below(model.len() as u64 - off);
+                let got = fs.read(f, off, len as u32).unwrap();
+                let want = &model[off as usize..(off + len) as usize];
+                if got != want {
+                    let bad = got.iter().zip(want).position(|(a, b)| a != b).unwrap();
+                    panic!(
+                        "seed {seed} step {step}: byte {:#x} reads {:#x}, wrote {:#x}",
+                        off + bad as u64,
+                        got[bad],
+                        want[bad]
+                    );
+                }
+            }
+            _ => fs.fsync(f, false).unwrap(),
+        }
+    }
+}
+
+/// Two exercisers on their own files while a third thread checkpoints
+/// and commits at random: the interleavings of tails, checkpoints and the
+/// data queue that fsx meets only under load. A 4 MiB journal (the least
+/// for 4 KiB blocks) makes the log fill and checkpoint on its own too.
+#[test]
+fn two_exercisers_beside_checkpoints_read_back_what_they_wrote() {
+    for data_writeback in [false, true] {
+        let opts = MkfsOptions {
+            block_size: Some(4096),
+            journal_mib: Some(4),
+            ..Default::default()
+        };
+        let size = 64u64 << 20;
+        let mem = Arc::new(MemoryDevice::new(size).unwrap());
+        let g = plan(&opts, size).unwrap();
+        format(&*mem, &opts, &g, Zeroed::All, &mut Progress::quiet()).unwrap();
+        let fs = mount(&mem, data_writeback);
+        let stop = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                let mut rng = Rng(99);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    match rng.below(3) {
+                        0 => fs.journal().checkpoint_all().unwrap(),
+                        1 => fs.journal().force_commit().unwrap(),
+                        _ => std::thread::yield_now(),
+                    }
+                }
+            });
+            let a = s.spawn(|| exercise(&fs, b"a", 11, 20_000));
+            let b = s.spawn(|| exercise(&fs, b"b", 13, 20_000));
+            let (ra, rb) = (a.join(), b.join());
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            if let Err(e) = ra.and(rb) {
+                std::panic::resume_unwind(e);
+            }
+        });
+        fs.unmount().unwrap();
+        assert_clean(&mem, "after the exercisers");
+    }
+}
