@@ -36,17 +36,24 @@ fn fuse_missing() -> Option<&'static str> {
     None
 }
 
-/// Whether `test` can run here. A skip must be seen, and under CI a
-/// machine that cannot mount is a broken runner, not a pass.
-fn ready(test: &str) -> bool {
+/// One test at a time in this process: a child spawned for one test
+/// inherits, until it execs, whatever files another test has open on its
+/// mount, and an unmount at that moment fails with EBUSY.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// Whether `test` can run here, and if so the turn it runs in. A skip
+/// must be seen, and under CI a machine that cannot mount is a broken
+/// runner, not a pass.
+fn ready(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
     let Some(why) = fuse_missing() else {
-        return true;
+        // A failed test poisons the lock; the others still run.
+        return Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner()));
     };
     if std::env::var_os("CI").is_some() {
         panic!("{test}: CI is set but FUSE tests cannot run: {why}");
     }
     eprintln!("SKIP {test}: {why} (FUSE tests need root and /dev/fuse)");
-    false
+    None
 }
 
 /// mkfs-jbdfs and fsck-jbdfs belong to other crates of the workspace, so
@@ -332,9 +339,9 @@ fn content(round: usize) -> Vec<u8> {
 
 #[test]
 fn a_second_daemon_is_refused_and_the_first_keeps_serving() {
-    if !ready("a_second_daemon_is_refused_and_the_first_keeps_serving") {
+    let Some(_turn) = ready("a_second_daemon_is_refused_and_the_first_keeps_serving") else {
         return;
-    }
+    };
     let fx = Fixture::new("second");
     let a = fx.mnt("a");
     let b = fx.mnt("b");
@@ -384,9 +391,9 @@ fn a_second_daemon_is_refused_and_the_first_keeps_serving() {
 
 #[test]
 fn mountinfo_shows_the_type_fuse_jbdfs() {
-    if !ready("mountinfo_shows_the_type_fuse_jbdfs") {
+    let Some(_turn) = ready("mountinfo_shows_the_type_fuse_jbdfs") else {
         return;
-    }
+    };
     let fx = Fixture::new("type");
     let a = fx.mnt("a");
     let pid = fx.mount(&a);
@@ -402,9 +409,9 @@ fn mountinfo_shows_the_type_fuse_jbdfs() {
 #[test]
 fn mkfs_and_fsck_keep_off_a_mounted_image() {
     let test = "mkfs_and_fsck_keep_off_a_mounted_image";
-    if !ready(test) {
+    let Some(_turn) = ready(test) else {
         return;
-    }
+    };
     let (mkfs, fsck) = match (sibling_bin("mkfs-jbdfs"), sibling_bin("fsck-jbdfs")) {
         (Ok(m), Ok(f)) => (m, f),
         (Err(e), _) | (_, Err(e)) => {
@@ -473,9 +480,9 @@ fn mkfs_and_fsck_keep_off_a_mounted_image() {
 
 #[test]
 fn thirty_umount_mount_rounds_back_to_back() {
-    if !ready("thirty_umount_mount_rounds_back_to_back") {
+    let Some(_turn) = ready("thirty_umount_mount_rounds_back_to_back") else {
         return;
-    }
+    };
     if !Path::new(UMOUNT_HELPER).exists() {
         eprintln!(
             "NOTE: no {UMOUNT_HELPER}: unmounting with fusermount3 and waiting for the daemon"
@@ -495,9 +502,9 @@ fn thirty_umount_mount_rounds_back_to_back() {
 
 #[test]
 fn remount_right_after_fusermount_waits_for_the_old_daemon() {
-    if !ready("remount_right_after_fusermount_waits_for_the_old_daemon") {
+    let Some(_turn) = ready("remount_right_after_fusermount_waits_for_the_old_daemon") else {
         return;
-    }
+    };
     let fx = Fixture::new("fusermount");
     let a = fx.mnt("a");
     let rounds = 15;
