@@ -177,6 +177,9 @@ fn wait_gone(pid: u32, limit: Duration) -> bool {
 /// What became of daemon `pid`, for failure messages: a dead daemon shows
 /// on its mount only as ENOTCONN, which says nothing of why it died.
 fn daemon_state(pid: u32) -> String {
+    // A daemon caught dying (exiting, or printing a panic) gets a moment
+    // to finish, so that the message says how it ended.
+    wait_gone(pid, Duration::from_secs(2));
     let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
         return format!("daemon {pid} is gone");
     };
