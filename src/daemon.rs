@@ -295,8 +295,10 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
     let stats = StatsWriter::start(fs.clone(), cfg.stats.clone());
     tracing::info!(source = %cfg.source.display(), mountpoint = %cfg.mountpoint.display(), "mounted");
     if std::env::var_os(CHILD_ENV).is_some() {
-        // The parent stops relaying our stderr once the mount is live.
+        // The parent relays our stderr until it ends, then returns: from
+        // here on nothing may write to that pipe, whose reader is going.
         DETACHED.store(true, Ordering::Relaxed);
+        detach_stderr()?;
     }
     // run() consumes the session: its handle on the filesystem is gone
     // when it returns.
@@ -517,11 +519,27 @@ pub fn log_writer() -> Box<dyn io::Write> {
     }
 }
 
+/// Points stderr at /dev/null, which ends the pipe the parent relays: its
+/// signal that the mount is ready and that no more lines will come. A line
+/// written after the parent has gone would fail with EPIPE, and reporting
+/// that failure on stderr again would panic the daemon under its mount.
+fn detach_stderr() -> io::Result<()> {
+    use std::os::fd::AsRawFd;
+    let null = std::fs::OpenOptions::new().write(true).open("/dev/null")?;
+    // SAFETY: dup2 only duplicates descriptors; `null` is open for the
+    // whole call and STDERR_FILENO is this process's own stderr.
+    if unsafe { libc::dup2(null.as_raw_fd(), libc::STDERR_FILENO) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
 /// The environment variable that marks the re-executed foreground child.
 pub const CHILD_ENV: &str = "JBDFS_DAEMON_CHILD";
 
 /// Re-executes this binary in the foreground as a background child and
-/// waits until the mount is live or the child fails.
+/// waits until the mount is live and the child has let go of the stderr we
+/// relay (see [`detach_stderr`]), or the child fails.
 pub fn daemonize(args: &[String], mountpoint: &Path) -> anyhow::Result<()> {
     use std::os::unix::process::CommandExt;
     let exe = std::env::current_exe()?;
@@ -534,11 +552,14 @@ pub fn daemonize(args: &[String], mountpoint: &Path) -> anyhow::Result<()> {
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()?;
+    let relayed = Arc::new(AtomicBool::new(false));
     if let Some(err) = child.stderr.take() {
+        let relayed = relayed.clone();
         std::thread::spawn(move || {
             for line in io::BufReader::new(err).lines().map_while(Result::ok) {
                 eprintln!("{line}");
             }
+            relayed.store(true, Ordering::Release);
         });
     }
     let target = std::fs::canonicalize(mountpoint)?;
@@ -548,7 +569,7 @@ pub fn daemonize(args: &[String], mountpoint: &Path) -> anyhow::Result<()> {
             std::thread::sleep(Duration::from_millis(50));
             anyhow::bail!("the daemon exited before the mount was live ({status})");
         }
-        if is_mounted(&target) {
+        if relayed.load(Ordering::Acquire) && is_mounted(&target) {
             return Ok(());
         }
         if Instant::now() > deadline {

@@ -161,6 +161,9 @@ fn init_logging(debug: bool) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(daemon::log_writer)
+        // A failed log write must not turn into a second write, to a stderr
+        // that may be the one failing.
+        .log_internal_errors(false)
         // Colour codes would garble journald and log files.
         .with_ansi(std::io::stderr().is_terminal())
         .try_init()
