@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use clap::{ArgAction, Parser};
+use clap::{ArgAction, CommandFactory, Parser};
 use jbdfs::journal::Batching;
 use jbdfs_daemon::daemon::{self, DaemonConfig};
 use jbdfs_daemon::options::{Bdelay, MountOptions};
@@ -63,7 +63,22 @@ struct Args {
     mountpoint: PathBuf,
 }
 
+/// What jbdfs(8) adds to the page made from [`Args`].
+const MAN_PAGE: jbdfs_man::Page = jbdfs_man::Page {
+    notes: "MOUNT OPTIONS",
+    see_also: &[
+        "mkfs.jbdfs(8)",
+        "fsck.jbdfs(8)",
+        "mount(8)",
+        "mount.fuse3(8)",
+        "fstab(5)",
+    ],
+};
+
 fn main() -> ExitCode {
+    if let Some(code) = jbdfs_man::generate_if_asked(Args::command, &MAN_PAGE) {
+        return code;
+    }
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
