@@ -15,7 +15,7 @@
 # 0.5 with --quick), sized from the setting's previous rate. --charts DIR
 # writes fsmark-DEVICE[-DATA].png there (files/s against threads, one line
 # per bdelay value). --out keeps the raw results (TSV). Every image is checked with e2fsck -fn after its run.
-# --floor adds the FUSE floor on ram and disk (examples/fuse_floor.rs: fuser
+# --floor adds the FUSE floor on ram and disk (daemon/examples/fuse_floor.rs: fuser
 # 0.18 answering every request from memory), what FUSE's round trips cost.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh

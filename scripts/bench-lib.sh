@@ -50,19 +50,19 @@ bench_image() {
     JBDFS_WORKDIR="$_saved"
 }
 
-# bench_build_floor: build the FUSE floor (examples/fuse_floor.rs) unless
+# bench_build_floor: build the FUSE floor (daemon/examples/fuse_floor.rs) unless
 # JBDFS_NO_BUILD=1, and make sure it is there, for scripts given --floor.
 bench_build_floor() {
     if [ "${JBDFS_NO_BUILD:-0}" != 1 ]; then
-        (cd "$JBDFS_ROOT" && cargo build --quiet --release --example fuse_floor) >&2 \
-            || die "building examples/fuse_floor.rs failed"
+        (cd "$JBDFS_ROOT" && cargo build --quiet --release -p jbdfs-daemon --example fuse_floor) >&2 \
+            || die "building daemon/examples/fuse_floor.rs failed"
     fi
     [ -x "$JBDFS_BIN_DIR/examples/fuse_floor" ] || die "$JBDFS_BIN_DIR/examples/fuse_floor not found"
 }
 
 # bench_mount FS DEVICE IMAGE DIR LOG DATA [JBDFS_OPTS]: mount IMAGE on DIR
 # with jbdfs, Linux ext3 (loop) or fuse2fs, in data mode DATA; or mount the
-# FUSE floor (examples/fuse_floor.rs: no storage at all) on DIR.
+# FUSE floor (daemon/examples/fuse_floor.rs: no storage at all) on DIR.
 bench_mount() {
     local fs="$1" dev="$2" img="$3" dir="$4" log="$5" data="$6" extra="${7:-}" opts
     case "$fs" in

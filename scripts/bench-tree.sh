@@ -7,7 +7,7 @@
 #   scripts/bench-tree.sh [--quick] [--devices "ram disk"] [--files N]
 #       [--repeat R] [--data MODE] [--opts JBDFS_OPTS] [--floor] [--charts DIR] [--out FILE]
 #
-# --floor adds the FUSE floor (examples/fuse_floor.rs: fuser 0.18 answering
+# --floor adds the FUSE floor (daemon/examples/fuse_floor.rs: fuser 0.18 answering
 # every request from memory, keeping no data) beside ext3.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh

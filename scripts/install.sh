@@ -5,12 +5,14 @@
 #   PREFIX/sbin/mkfs.jbdfs    so `mkfs -t jbdfs` finds it
 #   PREFIX/sbin/fsck.jbdfs    so `fsck -t jbdfs` finds it
 #   /sbin/umount.fuse.jbdfs   so `umount DIR` waits for the daemon to write back
+#   PREFIX/share/man/man8/{jbdfs,mkfs.jbdfs,fsck.jbdfs}.8, written by each
+#                             binary from its --help (BIN --generate-man DIR)
 #
 # Usage: scripts/install.sh [--prefix DIR] [--no-build] [--uninstall]
 #   --prefix DIR   install under DIR (default /usr/local)
 #   --no-build     install what target/release already holds (e.g. under sudo,
 #                  where root may have no cargo)
-#   --uninstall    remove the three installed files instead
+#   --uninstall    remove the installed files instead
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -50,6 +52,10 @@ FILES=(
     "fsck-jbdfs $prefix/sbin/fsck.jbdfs"
 )
 
+# Each binary's man page, named as the binary is installed.
+mandir="$prefix/share/man/man8"
+PAGES=(jbdfs.8 mkfs.jbdfs.8 fsck.jbdfs.8)
+
 # umount(8) looks for type helpers in /sbin only, whatever the prefix.
 helper_dir="${JBDFS_UMOUNT_HELPER_DIR:-/sbin}"
 helper="$helper_dir/umount.fuse.jbdfs"
@@ -64,6 +70,12 @@ if [ "$uninstall" -eq 1 ]; then
         if [ -e "$dest" ] || [ -L "$dest" ]; then
             rm -f -- "$dest"
             info "removed $dest"
+        fi
+    done
+    for page in "${PAGES[@]}"; do
+        if [ -e "$mandir/$page" ]; then
+            rm -f -- "$mandir/$page"
+            info "removed $mandir/$page"
         fi
     done
     exit 0
@@ -81,6 +93,19 @@ for entry in "${FILES[@]}"; do
     install -d -m 0755 "$(dirname "$dest")"
     install -m 0755 "target/release/$src" "$dest"
     info "installed $dest"
+done
+pages="$(mktemp -d)"
+trap 'rm -rf -- "$pages"' EXIT
+for entry in "${FILES[@]}"; do
+    read -r src _ <<<"$entry"
+    "target/release/$src" --generate-man "$pages" >/dev/null \
+        || die "target/release/$src --generate-man failed"
+done
+install -d -m 0755 "$mandir"
+for page in "${PAGES[@]}"; do
+    [ -f "$pages/$page" ] || die "no man page $page was written"
+    install -m 0644 "$pages/$page" "$mandir/$page"
+    info "installed $mandir/$page"
 done
 install -d -m 0755 "$helper_dir"
 install -m 0755 scripts/umount.fuse.jbdfs "$helper"

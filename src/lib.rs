@@ -5,6 +5,10 @@
 //! - [`device`]: the `BlockDevice` trait and its implementations;
 //! - [`mkfs`], [`fsck`]: the library code behind the two thin binaries.
 //!
+//! This crate is the filesystem only: it has no FUSE, command-line or
+//! signal code. The daemon (the `-o` parser, the FUSE adapter, the `jbdfs`
+//! binary) is the `jbdfs-daemon` crate in daemon/.
+//!
 //! # Lock order
 //!
 //! Locks are always taken in this order, never the reverse:
@@ -64,14 +68,10 @@
 //!    while calling out of the device.
 
 pub mod cache;
-pub mod daemon;
 pub mod device;
 pub mod format;
 pub mod fs;
 pub mod fsck;
-pub mod fuse;
 pub mod journal;
 pub mod mkfs;
-pub mod options;
-pub mod utab;
 pub mod util;

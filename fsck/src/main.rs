@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 
 /// println! that does not panic when stdout is a closed pipe.
 macro_rules! say {
@@ -49,7 +49,16 @@ struct Args {
     device: PathBuf,
 }
 
+/// What fsck.jbdfs(8) adds to the page made from [`Args`].
+const MAN_PAGE: jbdfs_man::Page = jbdfs_man::Page {
+    notes: "NOTES",
+    see_also: &["jbdfs(8)", "mkfs.jbdfs(8)", "e2fsck(8)"],
+};
+
 fn main() -> ExitCode {
+    if let Some(code) = jbdfs_man::generate_if_asked(Args::command, &MAN_PAGE) {
+        return code;
+    }
     let args = match Args::try_parse() {
         Ok(a) => a,
         Err(e) if e.use_stderr() => {

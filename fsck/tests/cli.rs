@@ -258,3 +258,10 @@ fn conflicting_modes_exit_16() {
     let o = fsck(&["--no-such-flag"], &img.0);
     assert_eq!(code(&o), Some(16), "unknown flag: {}", text(&o));
 }
+
+/// `fsck-jbdfs --generate-man DIR` writes fsck.jbdfs.8: valid roff that
+/// man -l renders, naming every option of --help.
+#[test]
+fn man_page_names_every_option() {
+    jbdfs_man::check_binary(std::path::Path::new(FSCK), "fsck.jbdfs").unwrap();
+}

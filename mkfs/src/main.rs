@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-use clap::Parser;
+use clap::{CommandFactory, Parser};
 use jbdfs::mkfs::{self, MkfsOptions, Request};
 
 #[derive(Parser, Debug)]
@@ -60,7 +60,16 @@ struct Args {
     size: Option<String>,
 }
 
+/// What mkfs.jbdfs(8) adds to the page made from [`Args`].
+const MAN_PAGE: jbdfs_man::Page = jbdfs_man::Page {
+    notes: "NOTES",
+    see_also: &["jbdfs(8)", "fsck.jbdfs(8)", "mke2fs(8)"],
+};
+
 fn main() -> ExitCode {
+    if let Some(code) = jbdfs_man::generate_if_asked(Args::command, &MAN_PAGE) {
+        return code;
+    }
     let args = Args::parse();
     match run(args) {
         Ok(()) => ExitCode::SUCCESS,

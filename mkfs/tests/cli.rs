@@ -297,3 +297,10 @@ fn summary_names_block_and_inode_counts() {
     assert!(o.status.success(), "{}", text(&o));
     assert!(o.stdout.is_empty(), "-q printed: {}", text(&o));
 }
+
+/// `mkfs-jbdfs --generate-man DIR` writes mkfs.jbdfs.8: valid roff that
+/// man -l renders, naming every option of --help.
+#[test]
+fn man_page_names_every_option() {
+    jbdfs_man::check_binary(std::path::Path::new(MKFS), "mkfs.jbdfs").unwrap();
+}

@@ -14,6 +14,7 @@
 //! which sits between the filesystem and its device, and corruption found
 //! while serving a request by [`Filesystem::report_error`].
 
+use std::fmt;
 use std::io::{self, IoSlice};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -25,7 +26,41 @@ use crate::device::BlockDevice;
 use crate::format::superblock::{self as sbm, Superblock};
 use crate::format::Location;
 use crate::journal::Journal;
-use crate::options::ErrorsPolicy;
+
+/// What to do when the filesystem finds an inconsistency (`errors=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ErrorsPolicy {
+    Continue,
+    /// ext3's default: stop writing, keep serving reads.
+    #[default]
+    RemountRo,
+    Panic,
+}
+
+impl ErrorsPolicy {
+    /// The values `errors=` takes, for a message naming a bad one.
+    pub const EXPECTED: &'static str = "continue, remount-ro or panic";
+
+    /// The policy an `errors=` value names, if it names one.
+    pub fn from_option(value: &str) -> Option<Self> {
+        match value {
+            "continue" => Some(Self::Continue),
+            "remount-ro" => Some(Self::RemountRo),
+            "panic" => Some(Self::Panic),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for ErrorsPolicy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            Self::Continue => "continue",
+            Self::RemountRo => "remount-ro",
+            Self::Panic => "panic",
+        })
+    }
+}
 
 /// What `errors=panic` does once the error is recorded.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

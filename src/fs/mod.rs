@@ -27,6 +27,13 @@ use crate::format::{Corruption, InodeNo};
 
 pub use mount::{Filesystem, MountConfig};
 
+/// Records the process on whose behalf this thread now works (a FUSE
+/// request's pid), before it calls in: the journal's bdelay batching tells
+/// a sync writer that waits for others apart from the one that came last.
+pub fn set_caller(pid: u32) {
+    crate::journal::set_caller(pid);
+}
+
 /// Why a filesystem operation failed.
 #[derive(Debug, thiserror::Error)]
 pub enum FsError {

@@ -31,7 +31,7 @@ pub struct MountConfig {
     /// `-o data=writeback`: commits do not wait for file data.
     pub data_writeback: bool,
     /// `-o errors=`: what an error does (see error.rs).
-    pub errors: crate::options::ErrorsPolicy,
+    pub errors: super::error::ErrorsPolicy,
     /// What errors=panic does after recording the error.
     pub panic_action: super::error::PanicAction,
     /// `-o max_map=N`: blocks one block-map call may map (1 forces

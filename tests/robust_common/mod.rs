@@ -3,8 +3,6 @@
 //! "e2fsck -fy repairs, then e2fsck -fn finds nothing".
 #![allow(dead_code)]
 
-pub mod daemon;
-
 use std::path::Path;
 use std::sync::Arc;
 

@@ -1,6 +1,6 @@
 //! The FUSE adapter: the only code that knows fuser. It converts types,
 //! maps [`FsError`] to errno in one place ([`errno`]), opens a tracing span
-//! per request, and calls into [`crate::fs`]; it holds no filesystem logic.
+//! per request, and calls into [`jbdfs::fs`]; it holds no filesystem logic.
 
 mod attr;
 mod runners;
@@ -17,11 +17,11 @@ use fuser::{
     ReplyOpen, ReplyStatfs, ReplyWrite, ReplyXattr, Request, TimeOrNow, WriteFlags,
 };
 
-use crate::format::inode::Inode;
-use crate::format::InodeNo;
-use crate::fs::namei::{Caller, RenameFlags, SetAttr};
-use crate::fs::xattr::SetMode;
-use crate::fs::{Filesystem, FsError};
+use jbdfs::format::inode::Inode;
+use jbdfs::format::InodeNo;
+use jbdfs::fs::namei::{Caller, RenameFlags, SetAttr};
+use jbdfs::fs::xattr::SetMode;
+use jbdfs::fs::{Filesystem, FsError};
 
 pub use attr::file_attr;
 
@@ -95,12 +95,12 @@ fn caller(req: &Request) -> Caller {
     }
 }
 
-fn time(t: TimeOrNow) -> crate::format::inode::Timestamp {
+fn time(t: TimeOrNow) -> jbdfs::format::inode::Timestamp {
     match t {
         TimeOrNow::SpecificTime(s) => attr::to_timestamp(s),
         TimeOrNow::Now => {
-            let (sec, nsec) = crate::util::now();
-            crate::format::inode::Timestamp { sec, nsec }
+            let (sec, nsec) = jbdfs::util::now();
+            jbdfs::format::inode::Timestamp { sec, nsec }
         }
     }
 }
@@ -145,7 +145,7 @@ impl JbdFuse {
         let fs = self.fs.clone();
         let pid = req.pid();
         let job = move || {
-            crate::journal::set_caller(pid);
+            jbdfs::fs::set_caller(pid);
             let reporter = fs.clone();
             let done = move |res: Result<(), FsError>| match res {
                 Ok(()) => reply.ok(),

@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use jbdfs::daemon::{is_mounted, serve, DaemonConfig};
 use jbdfs::mkfs::{make_filesystem, MkfsOptions, Request};
+use jbdfs_daemon::daemon::{is_mounted, serve, DaemonConfig};
 
 fn can_fuse() -> Option<String> {
     if !Path::new("/dev/fuse").exists() {

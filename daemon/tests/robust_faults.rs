@@ -4,16 +4,19 @@
 //! before the fault survives, and that e2fsck -fy repairs the image so that
 //! e2fsck -fn is clean.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
+mod daemon_common;
+#[path = "../../tests/robust_common/mod.rs"]
 mod robust_common;
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use jbdfs::device::{FaultOp, FaultPlan, MemoryDevice};
+use jbdfs::fs::error::ErrorsPolicy;
 use jbdfs::fs::error::PanicAction;
 use jbdfs::fs::{Filesystem, MountConfig};
-use jbdfs::options::ErrorsPolicy;
 use robust_common::*;
 
 const SIZE: u64 = 8 << 20;
@@ -418,7 +421,7 @@ fn os_errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
 /// inode, and e2fsck -fy repairs the image to clean with "good" intact.
 #[test]
 fn errors_option_takes_effect_in_the_daemon() {
-    use robust_common::daemon::{cannot_fuse, Daemon};
+    use daemon_common::{cannot_fuse, Daemon};
     if let Some(why) = cannot_fuse() {
         eprintln!("skipping the daemon part: {why}");
         return;

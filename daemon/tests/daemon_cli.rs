@@ -211,3 +211,11 @@ fn ext4_images_are_refused_naming_the_features() {
     assert!(err.contains("unsupported filesystem features"), "{err}");
     assert!(err.contains("extent"), "{err}");
 }
+
+/// `jbdfs --generate-man DIR` writes jbdfs.8: valid roff that man -l
+/// renders, naming every flag and every mount option of --help.
+#[test]
+fn man_page_names_every_flag_and_mount_option() {
+    let bin = std::path::Path::new(env!("CARGO_BIN_EXE_jbdfs"));
+    jbdfs_man::check_binary(bin, "jbdfs").unwrap();
+}

@@ -177,7 +177,7 @@ mod tests {
         let d = std::env::temp_dir().join(format!(
             "jbdfs-utab-{}-{}",
             std::process::id(),
-            crate::util::unique_suffix()
+            jbdfs::util::unique_suffix()
         ));
         std::fs::create_dir_all(&d).unwrap();
         d

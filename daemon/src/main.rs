@@ -2,7 +2,7 @@
 //! `jbdfs SOURCE MOUNTPOINT -o OPTIONS` (see DESIGN.md "FUSE").
 //!
 //! It parses and checks everything a mount needs, then serves the
-//! filesystem through `jbdfs::daemon`, in the foreground with -f or as a
+//! filesystem through `jbdfs_daemon::daemon`, in the foreground with -f or as a
 //! daemon that returns once the mount is live.
 
 use std::fs;
@@ -12,10 +12,10 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{bail, Context};
-use clap::{ArgAction, Parser};
-use jbdfs::daemon::{self, DaemonConfig};
+use clap::{ArgAction, CommandFactory, Parser};
 use jbdfs::journal::Batching;
-use jbdfs::options::{Bdelay, MountOptions};
+use jbdfs_daemon::daemon::{self, DaemonConfig};
+use jbdfs_daemon::options::{Bdelay, MountOptions};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser, Debug)]
@@ -63,7 +63,22 @@ struct Args {
     mountpoint: PathBuf,
 }
 
+/// What jbdfs(8) adds to the page made from [`Args`].
+const MAN_PAGE: jbdfs_man::Page = jbdfs_man::Page {
+    notes: "MOUNT OPTIONS",
+    see_also: &[
+        "mkfs.jbdfs(8)",
+        "fsck.jbdfs(8)",
+        "mount(8)",
+        "mount.fuse3(8)",
+        "fstab(5)",
+    ],
+};
+
 fn main() -> ExitCode {
+    if let Some(code) = jbdfs_man::generate_if_asked(Args::command, &MAN_PAGE) {
+        return code;
+    }
     match run(Args::parse()) {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
@@ -102,8 +117,8 @@ fn run(args: Args) -> anyhow::Result<()> {
         batching: batching(&opts),
         stats: opts.stats.clone(),
         dirsync: opts.dirsync || opts.sync,
-        data_journal: opts.data == jbdfs::options::DataMode::Journal,
-        data_writeback: opts.data == jbdfs::options::DataMode::Writeback,
+        data_journal: opts.data == jbdfs_daemon::options::DataMode::Journal,
+        data_writeback: opts.data == jbdfs_daemon::options::DataMode::Writeback,
         errors: opts.errors,
         record: opts.record.clone(),
         devsim: opts

@@ -12,9 +12,9 @@ use std::time::{Duration, Instant};
 
 use fuser::{Config, MountOption, SessionACL};
 
-use crate::device::lock::{self, LockKind};
-use crate::device::{BlockDevice, FileDevice, OpenOptions, RecordingDevice, SimDevice};
-use crate::fs::{Filesystem, MountConfig};
+use jbdfs::device::lock::{self, LockKind};
+use jbdfs::device::{BlockDevice, FileDevice, OpenOptions, RecordingDevice, SimDevice};
+use jbdfs::fs::{Filesystem, MountConfig};
 
 /// What the daemon needs, resolved from the command line and -o options.
 #[derive(Clone, Debug)]
@@ -35,7 +35,7 @@ pub struct DaemonConfig {
     /// commit=N seconds.
     pub commit_secs: u32,
     /// bdelay= and its parameters.
-    pub batching: crate::journal::Batching,
+    pub batching: jbdfs::journal::Batching,
     /// -o stats=PATH: journal statistics, refreshed every second.
     pub stats: Option<PathBuf>,
     /// -o dirsync or -o sync.
@@ -49,7 +49,7 @@ pub struct DaemonConfig {
     /// -o record=PATH: log every write, flush and mark for crash testing.
     pub record: Option<PathBuf>,
     /// -o devsim=: a latency model over the backing store.
-    pub devsim: Option<crate::device::DevSimParams>,
+    pub devsim: Option<jbdfs::device::DevSimParams>,
     /// -o max_map=N (`u32::MAX` when not given).
     pub max_map: u32,
 }
@@ -103,7 +103,7 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
     let mount_cfg = MountConfig {
         read_only: cfg.read_only,
         cache_size: cfg.cache_size,
-        journal: crate::journal::JournalConfig {
+        journal: jbdfs::journal::JournalConfig {
             barrier: cfg.barrier,
             commit_interval: std::time::Duration::from_secs(cfg.commit_secs.max(1) as u64),
             batching: cfg.batching,
@@ -113,11 +113,11 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
         data_writeback: cfg.data_writeback,
         errors: cfg.errors,
         // A daemon told errors=panic stops as a crashed machine would.
-        panic_action: crate::fs::error::PanicAction::ExitProcess,
+        panic_action: jbdfs::fs::error::PanicAction::ExitProcess,
         max_map: cfg.max_map,
     };
     let fs = Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
-        let why = crate::fs::mount::refusal_reason(&*dev).unwrap_or_else(|| e.to_string());
+        let why = jbdfs::fs::mount::refusal_reason(&*dev).unwrap_or_else(|| e.to_string());
         anyhow::anyhow!("{}: cannot mount: {why}", cfg.source.display())
     })?;
     Ok((fs, recorder, backing))
@@ -204,12 +204,12 @@ pub fn check_mountable(cfg: &DaemonConfig) -> anyhow::Result<()> {
     };
     let dev = open_source(&cfg.source, opts)?;
     let cannot = |why: String| anyhow::anyhow!("{}: cannot mount: {why}", cfg.source.display());
-    let sb = crate::fs::mount::read_superblock(&dev).map_err(|e| cannot(e.to_string()))?;
+    let sb = jbdfs::fs::mount::read_superblock(&dev).map_err(|e| cannot(e.to_string()))?;
     // Features first: an ext4 image's descriptors would not even parse.
-    if let Some(why) = crate::fs::mount::refusal_reason(&dev) {
+    if let Some(why) = jbdfs::fs::mount::refusal_reason(&dev) {
         return Err(cannot(why));
     }
-    crate::fs::mount::read_group_descs(&dev, &sb).map_err(|e| cannot(e.to_string()))?;
+    jbdfs::fs::mount::read_group_descs(&dev, &sb).map_err(|e| cannot(e.to_string()))?;
     Ok(())
 }
 

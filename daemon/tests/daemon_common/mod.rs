@@ -63,7 +63,7 @@ impl Daemon {
         let canon = std::fs::canonicalize(dir).unwrap();
         let deadline = Instant::now() + timeout;
         loop {
-            if jbdfs::daemon::is_mounted(&canon) {
+            if jbdfs_daemon::daemon::is_mounted(&canon) {
                 return Ok(Daemon {
                     child: Some(child),
                     dir: dir.to_path_buf(),

@@ -7,7 +7,9 @@
 //! - every flush prefix of the recorded log, replayed, holds every file
 //!   whose mark precedes the next flush, and e2fsck finds it clean.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
+#[path = "../../tests/crash_common/mod.rs"]
 mod crash_common;
 
 use std::io::Write;
@@ -44,7 +46,7 @@ fn daemon(img: &Path, dir: &Path, opts: &str) -> Child {
         .unwrap();
     let canon = std::fs::canonicalize(dir).unwrap();
     let deadline = Instant::now() + Duration::from_secs(20);
-    while !jbdfs::daemon::is_mounted(&canon) {
+    while !jbdfs_daemon::daemon::is_mounted(&canon) {
         assert!(Instant::now() < deadline, "mount did not come up");
         std::thread::sleep(Duration::from_millis(10));
     }
@@ -54,7 +56,7 @@ fn daemon(img: &Path, dir: &Path, opts: &str) -> Child {
 /// Asks the daemon to append `label` to its log, and waits until it has;
 /// false when the daemon is gone before taking it.
 fn mark(log: &Path, pid: u32, label: &str) -> bool {
-    let req = jbdfs::daemon::mark_request_path(log);
+    let req = jbdfs_daemon::daemon::mark_request_path(log);
     let tmp = req.with_extension("tmp");
     std::fs::write(&tmp, format!("{label}\n")).unwrap();
     std::fs::rename(&tmp, &req).unwrap();

@@ -4,7 +4,10 @@
 //! subtree gets EINVAL; hard links to directories get EPERM. Afterwards
 //! e2fsck -fn is clean and a Linux loop mount sees the same names.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
+mod daemon_common;
+#[path = "../../tests/robust_common/mod.rs"]
 mod robust_common;
 
 use std::collections::BTreeSet;
@@ -13,9 +16,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use daemon_common::{cannot_fuse, Daemon};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::Filesystem;
-use robust_common::daemon::{cannot_fuse, Daemon};
 use robust_common::*;
 
 const DEPTH_IN_PROCESS: usize = 3000;

@@ -4,8 +4,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use fuser::{FileAttr, FileType, INodeNo};
 
-use crate::format::dirent as de;
-use crate::format::inode::{self as fi, Inode, Timestamp};
+use jbdfs::format::dirent as de;
+use jbdfs::format::inode::{self as fi, Inode, Timestamp};
 
 pub fn to_system_time(t: Timestamp) -> SystemTime {
     if t.sec >= 0 {

@@ -7,9 +7,12 @@
 //! success), never a panic or a hang. Most run in-process over a memory
 //! device; a few go through the real daemon with a timeout.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
+mod daemon_common;
+#[path = "../../tests/robust_common/mod.rs"]
 mod robust_common;
-#[path = "robust_common/walk.rs"]
+#[path = "../../tests/robust_common/walk.rs"]
 mod walk;
 
 use std::sync::mpsc;
@@ -342,7 +345,7 @@ fn walk_mount(dir: &std::path::Path, budget: &mut usize) -> usize {
 /// never a Rust panic (exit 101), a signal, or a hang.
 #[test]
 fn damaged_images_through_the_daemon() {
-    use robust_common::daemon::{cannot_fuse, Daemon};
+    use daemon_common::{cannot_fuse, Daemon};
     if let Some(why) = cannot_fuse() {
         eprintln!("skipping the daemon part: {why}");
         return;

@@ -3,6 +3,7 @@
 //! Linux kernel, and then hold everything that was fsync'd, with e2fsck
 //! finding nothing else to fix.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::path::Path;
@@ -194,7 +195,7 @@ fn kill_9_of_the_daemon_loses_nothing_fsynced() {
     let wait_mounted = || {
         let canon = std::fs::canonicalize(&dir.path).unwrap();
         for _ in 0..500 {
-            if jbdfs::daemon::is_mounted(&canon) {
+            if jbdfs_daemon::daemon::is_mounted(&canon) {
                 return;
             }
             std::thread::sleep(std::time::Duration::from_millis(10));

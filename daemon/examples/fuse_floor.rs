@@ -99,7 +99,7 @@ impl Floor {
 
 impl fuser::Filesystem for Floor {
     fn init(&mut self, req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let wanted = jbdfs::fuse::WANTED_INIT_FLAGS;
+        let wanted = jbdfs_daemon::fuse::WANTED_INIT_FLAGS;
         let offered = config.capabilities();
         let _ = config.add_capabilities(wanted & offered);
         let root = attr(ROOT, FileType::Directory, 0o755, req);

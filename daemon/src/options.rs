@@ -17,6 +17,9 @@ use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::str::FromStr;
 
+/// `errors=`: the policy type belongs to the filesystem, which acts on it.
+pub use jbdfs::fs::error::ErrorsPolicy;
+
 /// The default `bdelay`: auto, which commits at once on fast devices (as
 /// bdelay=0) and batches only where a commit costs a positioning delay
 /// (docs/ARCHITECTURE.md, batch.rs; figures in docs/PERFORMANCE.md).
@@ -124,39 +127,6 @@ impl fmt::Display for Bdelay {
             Self::Jbd2 => f.write_str("jbd2"),
             Self::Auto => f.write_str("auto"),
         }
-    }
-}
-
-/// What to do when the filesystem finds an inconsistency (`errors=`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ErrorsPolicy {
-    Continue,
-    /// ext3's default: stop writing, keep serving reads.
-    #[default]
-    RemountRo,
-    Panic,
-}
-
-impl ErrorsPolicy {
-    const EXPECTED: &'static str = "continue, remount-ro or panic";
-
-    fn from_option(value: &str) -> Option<Self> {
-        match value {
-            "continue" => Some(Self::Continue),
-            "remount-ro" => Some(Self::RemountRo),
-            "panic" => Some(Self::Panic),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for ErrorsPolicy {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Continue => "continue",
-            Self::RemountRo => "remount-ro",
-            Self::Panic => "panic",
-        })
     }
 }
 
@@ -503,7 +473,7 @@ where
 /// A device model with optional overrides, checked here, kept as given.
 fn devsim(key: &str, value: Option<&str>) -> Result<String, OptionError> {
     let spec = text(key, value, "a device model name")?;
-    crate::device::DevSimParams::parse(spec).map_err(|why| bad_value(key, value, &why))?;
+    jbdfs::device::DevSimParams::parse(spec).map_err(|why| bad_value(key, value, &why))?;
     Ok(spec.to_string())
 }
 
