@@ -8,6 +8,7 @@
 //! Needs root and /dev/fuse: skipped with a loud SKIP line otherwise, and
 //! failed instead when CI is set, so that CI cannot pass by skipping.
 
+#[path = "../../tests/common/mod.rs"]
 mod common;
 
 use std::io::Read;
@@ -19,7 +20,7 @@ use common::{Out, TempDir, TempImage};
 use jbdfs::device::lock::{self, LockKind};
 
 /// The daemon's wait for an image locked but not mounted (LOCK_WAIT in
-/// src/daemon.rs); a mounted image must be refused well within it.
+/// daemon/src/daemon.rs); a mounted image must be refused well within it.
 const DAEMON_LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// Where umount(8) looks for type helpers, whatever the install prefix.
@@ -306,7 +307,7 @@ impl Drop for Fixture {
             if mount_entry(&mnt).is_none() {
                 continue;
             }
-            let pid = std::fs::read_to_string(jbdfs::daemon::pid_file_path(&mnt))
+            let pid = std::fs::read_to_string(jbdfs_daemon::daemon::pid_file_path(&mnt))
                 .ok()
                 .and_then(|t| t.trim().parse::<u32>().ok());
             let _ = Command::new("fusermount3")
@@ -324,7 +325,7 @@ impl Drop for Fixture {
 /// The pid of the daemon serving `mnt`, from the file it writes for
 /// umount.fuse.jbdfs before the mount goes live.
 fn daemon_pid(mnt: &Path) -> u32 {
-    let path = jbdfs::daemon::pid_file_path(mnt);
+    let path = jbdfs_daemon::daemon::pid_file_path(mnt);
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("no pid file {}: {e}", path.display()));
     text.trim()
