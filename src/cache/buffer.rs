@@ -143,6 +143,11 @@ impl Buffer {
         self.forgotten.store(true, Ordering::Release);
     }
 
+    /// The buffer lives again: its block has new contents.
+    pub(super) fn clear_forgotten(&self) {
+        self.forgotten.store(false, Ordering::Release);
+    }
+
     pub fn is_pinned(&self) -> bool {
         self.pin_count() != 0
     }

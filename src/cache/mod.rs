@@ -246,6 +246,12 @@ impl BufferCache {
         let l = self.lookup_or_insert(block, Access::New);
         if l.found {
             l.buf.zero_fill();
+            // A forgotten buffer still pinned by the journal is found here
+            // when its block gets new contents first (a truncate tail's
+            // block written, then a new tail, while a checkpoint still
+            // pins the old copy): the new contents are alive, and reads
+            // must see them.
+            l.buf.clear_forgotten();
         }
         self.relieve(block, l.writeback);
         Ok(l.buf)

@@ -68,8 +68,19 @@ impl Journal {
             return Err(e);
         }
         drop(guards);
-        // Home now: a data write to one of these blocks may bypass the log.
+        let finished = self.finish_checkpoint(log, entries);
+        // Home and unpinned now: a data write to one of these blocks may
+        // bypass the log, and forgetting its buffer drops it at once.
         self.state.lock().checkpointing.clear();
+        finished
+    }
+
+    /// After the blocks are home: empties the log and lets go of them.
+    fn finish_checkpoint(
+        &self,
+        log: &LogArea,
+        entries: Vec<(u32, Checkpointed)>,
+    ) -> io::Result<()> {
         self.barrier(log)?;
         let next = self.state.lock().running.tid;
         self.write_journal_superblock(log, 0, next)?;

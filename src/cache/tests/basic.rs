@@ -168,6 +168,28 @@ fn a_forgotten_buffer_leaves_the_cache_with_its_last_pin() {
     assert_eq!(again.read()[0], 5, "the next owner reads the device");
 }
 
+/// A block whose buffer was forgotten while the journal pinned it, then
+/// given new contents before that pin went: the new contents are what
+/// reads see, and they stay cached after the old pin goes.
+#[test]
+fn a_forgotten_pinned_buffer_given_new_contents_lives_again() {
+    let (dev, cache) = setup(16, 64);
+    put_on_disk(&dev, 6, 5);
+    let b = cache.get(BlockNo(6)).unwrap();
+    b.pin(); // the old copy, waiting for checkpoint
+    cache.forget(BlockNo(6));
+    let reborn = cache.get_new(BlockNo(6)).unwrap();
+    assert!(Arc::ptr_eq(&reborn, &b), "one buffer per block");
+    reborn.write().fill(7);
+    reborn.pin(); // the new contents, logged
+    let seen = cache.peek(BlockNo(6)).expect("reads see the new contents");
+    assert_eq!(seen.read()[0], 7);
+    cache.unpin(&b); // the old copy's pin goes
+    assert_eq!(cache.peek(BlockNo(6)).unwrap().read()[0], 7);
+    cache.unpin(&reborn);
+    assert_eq!(cache.peek(BlockNo(6)).unwrap().read()[0], 7);
+}
+
 #[test]
 fn a_forgotten_buffer_unpinned_behind_the_caches_back_is_replaced() {
     let (dev, cache) = setup(16, 64);
