@@ -309,6 +309,19 @@ impl Inode {
             && self.i_size < EXT2_FAST_SYMLINK_MAX as u64
     }
 
+    /// Whether `i_block` holds a block map: true for regular files,
+    /// directories and slow symlinks, the inodes the kernel's
+    /// `ext3_can_truncate` lets truncate free blocks from and e2fsck walks.
+    /// A fast symlink keeps its target there, a device its number, and a
+    /// fifo or socket nothing, so their `i_block` must never be followed.
+    pub fn has_block_map(&self, block_size: u32) -> bool {
+        match self.file_type() {
+            S_IFREG | S_IFDIR => true,
+            S_IFLNK => !self.is_fast_symlink(block_size),
+            _ => false,
+        }
+    }
+
     /// The bytes of `i_block`, where fast symlinks keep their target.
     pub fn i_block_bytes(&self) -> [u8; EXT2_FAST_SYMLINK_MAX] {
         let mut out = [0u8; EXT2_FAST_SYMLINK_MAX];
@@ -436,6 +449,28 @@ mod tests {
         assert_eq!(i.rdev(), (1, 3));
         i.set_rdev(300, 70000);
         assert_eq!(i.rdev(), (300, 70000));
+    }
+
+    #[test]
+    fn only_files_directories_and_slow_symlinks_have_block_maps() {
+        let mut i = Inode::new(256, 32);
+        for (mode, has) in [
+            (S_IFREG, true),
+            (S_IFDIR, true),
+            (S_IFIFO, false),
+            (S_IFSOCK, false),
+            (S_IFCHR, false),
+            (S_IFBLK, false),
+            (0, false),
+        ] {
+            i.i_mode = mode | 0o644;
+            assert_eq!(i.has_block_map(1024), has, "mode {mode:o}");
+        }
+        i.i_mode = S_IFLNK | 0o777;
+        i.i_size = 12;
+        assert!(!i.has_block_map(1024), "fast symlink");
+        i.i_blocks = 2;
+        assert!(i.has_block_map(1024), "slow symlink");
     }
 
     #[test]

@@ -101,24 +101,10 @@ pub struct Filesystem {
 
 /// Reads and validates the primary superblock.
 pub fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
-    let mut buf = vec![0u8; sbm::SUPERBLOCK_SIZE];
-    if dev.size() < sbm::SUPERBLOCK_OFFSET + buf.len() as u64 {
-        let err = FormatError::Short {
-            structure: "superblock",
-            len: dev.size().saturating_sub(sbm::SUPERBLOCK_OFFSET) as usize,
-            need: sbm::SUPERBLOCK_SIZE,
-        };
-        return Err(Corruption::new(Location::Superblock, err).into());
-    }
-    dev.read_at(&mut buf, sbm::SUPERBLOCK_OFFSET)?;
-    Superblock::parse(&buf).map_err(|e| Corruption::new(Location::Superblock, e).into())
-}
-
-/// The block holding group `g`'s descriptor, and its offset there.
-pub fn group_desc_location(sb: &Superblock, g: GroupNo) -> (BlockNo, usize) {
-    let per_block = sb.descs_per_block();
-    let block = sb.s_first_data_block + 1 + g.0 / per_block;
-    (BlockNo(block), (g.0 % per_block) as usize * GROUP_DESC_SIZE)
+    sbm::read_primary(dev.size(), |buf, off| dev.read_at(buf, off)).map_err(|e| match e {
+        sbm::ReadError::Io(e) => FsError::Io(e),
+        sbm::ReadError::Corrupt(c) => FsError::Corrupt(c),
+    })
 }
 
 /// Reads the group descriptor table that follows the primary superblock,
@@ -451,7 +437,7 @@ impl Filesystem {
     }
 
     pub(crate) fn group_desc_buffer(&self, g: GroupNo) -> Result<(Arc<Buffer>, usize)> {
-        let (block, off) = group_desc_location(&self.sb.lock(), g);
+        let (block, off) = self.sb.lock().group_desc_location(g);
         Ok((self.cache.get(block)?, off))
     }
 

@@ -292,7 +292,7 @@ impl<'a> Ctx<'a> {
                 }
             }
         }
-        if !super::pass1::has_block_map(inode, self.bs) {
+        if !inode.has_block_map(self.bs) {
             return Ok(());
         }
         let mut blocks = Vec::new();

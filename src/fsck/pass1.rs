@@ -13,12 +13,6 @@ use crate::format::superblock::feature;
 use super::context::{Ctx, DirBlock};
 use super::walk::{walk, Act, Claim};
 
-/// Whether `i_block` holds block pointers (not a fast symlink, a device
-/// number or nothing at all).
-pub fn has_block_map(inode: &Inode, bs: u32) -> bool {
-    (inode.is_dir() || inode.is_reg() || inode.is_symlink()) && !inode.is_fast_symlink(bs)
-}
-
 pub fn run(ctx: &mut Ctx) -> io::Result<()> {
     ctx.problems
         .say("Pass 1: Checking inodes, blocks, and sizes");
@@ -399,7 +393,7 @@ fn check_blocks(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> 
         t.blocks += 1;
     }
     let is_dir = inode.is_dir();
-    if has_block_map(inode, ctx.bs) || ino == rsv::EXT2_BAD_INO {
+    if inode.has_block_map(ctx.bs) || ino == rsv::EXT2_BAD_INO {
         let resize = ino == rsv::EXT2_RESIZE_INO;
         let mut dir_blocks = Vec::new();
         let changed = walk(ctx, &mut inode.i_block, false, &mut |ctx, blk, claim| {
@@ -509,7 +503,7 @@ pub fn mark_used(ctx: &mut Ctx, blk: u32) {
 
 /// e2fsck's i_size rules for directories and other files.
 fn check_size(ctx: &mut Ctx, ino: u32, inode: &mut Inode, t: &Tally) -> bool {
-    if inode.is_symlink() || !has_block_map(inode, ctx.bs) && inode.i_size == 0 {
+    if inode.is_symlink() || !inode.has_block_map(ctx.bs) && inode.i_size == 0 {
         return false;
     }
     let bs = u64::from(ctx.bs);
