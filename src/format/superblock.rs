@@ -634,6 +634,23 @@ impl Superblock {
     }
 }
 
+/// Fields read from superblock bytes that may not parse, to find the
+/// backups of a damaged primary. The buffer must hold the field.
+pub mod raw {
+    use super::super::bytes::le32;
+
+    const S_LOG_BLOCK_SIZE: usize = 0x18;
+    const S_BLOCKS_PER_GROUP: usize = 0x20;
+
+    pub fn s_log_block_size(raw: &[u8]) -> u32 {
+        le32(raw, S_LOG_BLOCK_SIZE)
+    }
+
+    pub fn s_blocks_per_group(raw: &[u8]) -> u32 {
+        le32(raw, S_BLOCKS_PER_GROUP)
+    }
+}
+
 /// Why the primary superblock could not be read.
 #[derive(Debug, thiserror::Error)]
 pub enum ReadError {
@@ -720,6 +737,13 @@ mod tests {
         sb.s_first_data_block = 1;
         assert_eq!(sb.group_desc_location(GroupNo(33)), (BlockNo(3), 32));
         assert_eq!(sb.inode_location(InodeNo(6), t), (BlockNo(101), 256));
+    }
+
+    #[test]
+    fn raw_fields_match_the_parser() {
+        let b = sample().to_bytes();
+        assert_eq!(raw::s_log_block_size(&b), 2);
+        assert_eq!(raw::s_blocks_per_group(&b), 32768);
     }
 
     #[test]

@@ -329,8 +329,8 @@ impl Filesystem {
                 .map_err(|e| self.corrupt_dir(dir, e))?
                 .map(|e| e.offset)
                 .ok_or(FsError::NotFound)?;
-            data[off..off + 4].copy_from_slice(&ino.0.to_le_bytes());
-            data[off + 7] = file_type;
+            dirent::set_inode_at(&mut data, off, ino.0);
+            dirent::set_file_type_at(&mut data, off, file_type);
         }
         h.dirty_metadata(&buf)?;
         let idx = self.ensure_index(dir, st)?;

@@ -158,7 +158,7 @@ impl Filesystem {
             // of the chain cannot be overwritten with a link it has undone.
             let list = self.orphans.lock();
             if let Some(next) = super::orphan::next_in(&list, ino) {
-                bytes[0x14..0x18].copy_from_slice(&next.to_le_bytes());
+                crate::format::inode::raw::set_i_dtime(&mut bytes, next);
             }
             buf.write()[off..off + bytes.len()].copy_from_slice(&bytes);
         } else {

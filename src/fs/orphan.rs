@@ -70,7 +70,7 @@ impl Filesystem {
             }
             let next = next_in(&list, ino).unwrap_or(0);
             list.remove(pos);
-            buf.write()[off + 0x14..off + 0x18].copy_from_slice(&next.to_le_bytes());
+            crate::format::inode::raw::set_i_dtime(&mut buf.write()[off..], next);
             drop(list);
             h.dirty_metadata(&buf)?;
             return Ok(());

@@ -239,7 +239,8 @@ impl NewMap {
             } else {
                 self.tree(ctx, near, depth - 1, per, left)?
             };
-            ptrs[4 * slot..4 * slot + 4].copy_from_slice(&child.to_le_bytes());
+            crate::format::indirect::set_ptr(&mut ptrs, slot as u32, crate::format::BlockNo(child))
+                .map_err(std::io::Error::other)?;
         }
         ctx.write_block(node, &ptrs)?;
         Ok(node)

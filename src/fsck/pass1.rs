@@ -9,6 +9,7 @@ use std::io;
 use crate::format::dirent::looks_like_dx_root;
 use crate::format::inode::{self as fi, flags, ino as rsv, Inode};
 use crate::format::superblock::feature;
+use crate::format::xattr::{h_refcount, set_h_refcount};
 
 use super::context::{Ctx, DirBlock};
 use super::walk::{walk, Act, Claim};
@@ -211,7 +212,7 @@ fn check_special(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
 /// directory's high size (no largedir).
 fn check_zero_fields(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
     let raw = ctx.raw_inode(ino);
-    let acl_hi = crate::format::bytes::le16(raw, 0x76);
+    let acl_hi = fi::raw::l_i_file_acl_high(raw);
     let mut dirty = false;
     if inode.i_faddr != 0 {
         let msg = format!(
@@ -227,7 +228,7 @@ fn check_zero_fields(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
         let msg = format!("i_file_acl_hi for inode {ino} is {acl_hi}, should be zero.\n");
         if ctx.problems.ask(&msg, "Clear") {
             let mut bytes = inode.to_bytes();
-            crate::format::bytes::put_le16(&mut bytes, 0x76, 0);
+            fi::raw::set_l_i_file_acl_high(&mut bytes, 0);
             if let Ok(fixed) = Inode::parse(&bytes) {
                 *inode = fixed;
                 dirty = true;
@@ -298,7 +299,7 @@ fn fix_extra_isize(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
     if ctx.isz <= 128 {
         return false;
     }
-    let raw_extra = crate::format::bytes::le16(ctx.raw_inode(ino), 0x80);
+    let raw_extra = fi::raw::i_extra_isize(ctx.raw_inode(ino));
     if raw_extra == inode.i_extra_isize {
         return false;
     }
@@ -560,14 +561,14 @@ fn check_ea_refcounts(ctx: &mut Ctx) -> io::Result<()> {
     refs.sort_unstable();
     for (b, n) in refs {
         let mut blk = ctx.read_block(b)?;
-        let have = crate::format::bytes::le32(&blk, 4);
+        let have = h_refcount(&blk).map_err(io::Error::other)?;
         if have == n {
             continue;
         }
         let msg =
             format!("Extended attribute block {b} has reference count {have}, should be {n}.  ");
         if ctx.problems.ask(&msg, "Fix") {
-            crate::format::bytes::put_le32(&mut blk, 4, n);
+            set_h_refcount(&mut blk, n).map_err(io::Error::other)?;
             ctx.write_block(b, &blk)?;
         }
     }
