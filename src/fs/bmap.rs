@@ -135,9 +135,12 @@ impl Filesystem {
         }
         let physical = self.check_ptr(ino, first)?;
         if first as u64 + count as u64 > self.sb.lock().s_blocks_count as u64 {
-            return Err(FsError::CorruptInode(
-                ino,
-                format!("block run at {first} runs off the filesystem"),
+            return Err(FsError::corrupt(
+                Location::Inode(ino),
+                "inode",
+                "i_block",
+                first,
+                "a run of contiguous block pointers from it passes the end of the filesystem",
             ));
         }
         Ok(Mapping {

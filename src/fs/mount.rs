@@ -165,6 +165,18 @@ fn check_features(sb: &Superblock, read_only: bool) -> Result<bool> {
     Ok(read_only)
 }
 
+/// A journal error as the mount reports it, logged first (what is
+/// unsupported is only named there).
+fn recovery_error(what: &str, e: crate::journal::recovery::RecoveryError) -> FsError {
+    use crate::journal::recovery::RecoveryError;
+    tracing::error!("{what} failed: {e}");
+    match e {
+        RecoveryError::Io(e) => FsError::Io(e),
+        RecoveryError::Corrupt(c) => FsError::Corrupt(c),
+        RecoveryError::Unsupported(_) => FsError::NotSupported,
+    }
+}
+
 /// Replays the journal if a crash left it in use (Linux: ext3_load_journal).
 fn recover_if_needed(
     dev: &dyn BlockDevice,
@@ -175,14 +187,8 @@ fn recover_if_needed(
         return Ok(None);
     }
     let opts = crate::journal::recovery::RecoverOptions { write: true };
-    let report = crate::journal::recovery::recover(dev, opts).map_err(|e| {
-        tracing::error!("journal recovery failed: {e}");
-        match e {
-            crate::journal::recovery::RecoveryError::Io(e) => FsError::Io(e),
-            crate::journal::recovery::RecoveryError::Corrupt(c) => FsError::Corrupt(c),
-            crate::journal::recovery::RecoveryError::Unsupported(_) => FsError::NotSupported,
-        }
-    })?;
+    let report = crate::journal::recovery::recover(dev, opts)
+        .map_err(|e| recovery_error("journal recovery", e))?;
     if !report.needed {
         return Ok(None);
     }
@@ -340,20 +346,24 @@ impl Filesystem {
         };
         let sb = self.sb.lock().clone();
         let map = crate::journal::jmap::JournalMap::load(&*self.dev, &sb)
-            .map_err(|e| FsError::CorruptInode(inum, e.to_string()))?
+            .map_err(|e| recovery_error("loading the journal", e))?
             .blocks()
             .to_vec();
-        let first = *map
-            .first()
-            .ok_or(FsError::CorruptInode(inum, "empty journal".into()))?;
+        let at = Location::Inode(inum);
+        let first = *map.first().ok_or_else(|| {
+            FsError::corrupt(at, "inode", "i_size", 0u32, "the journal has no blocks")
+        })?;
         let mut raw = vec![0u8; jbd::JOURNAL_SUPERBLOCK_LEN];
         self.dev.read_at(&mut raw, first as u64 * bs)?;
         let jsb = JournalSuperblock::parse(&raw)
             .map_err(|e| Corruption::new(Location::JournalBlock(0), e))?;
         if jsb.s_blocksize != self.block_size {
-            return Err(FsError::CorruptInode(
-                inum,
-                "journal block size differs from the filesystem's".into(),
+            return Err(FsError::corrupt(
+                at,
+                "journal superblock",
+                "s_blocksize",
+                jsb.s_blocksize,
+                "differs from the filesystem's block size",
             ));
         }
         if jsb.s_start != 0 {
