@@ -162,20 +162,6 @@ impl Geometry {
     }
 }
 
-/// mke2fs's default journal size for a filesystem of `blocks` blocks.
-pub fn default_journal_blocks(blocks: u64) -> u32 {
-    match blocks {
-        b if b < 32768 => 1024,
-        b if b < 256 * 1024 => 4096,
-        b if b < 512 * 1024 => 8192,
-        b if b < 4096 * 1024 => 16384,
-        b if b < 8192 * 1024 => 32768,
-        b if b < 16384 * 1024 => 65536,
-        b if b < 32768 * 1024 => 131072,
-        _ => 262144,
-    }
-}
-
 fn default_block_size(size: u64) -> u32 {
     if size < SMALL_FS {
         1024
@@ -363,7 +349,7 @@ fn lcm(a: u64, b: u64) -> u64 {
 
 fn journal_blocks(opts: &MkfsOptions, g: &Geometry) -> Result<u32> {
     let Some(mib) = opts.journal_mib else {
-        return Ok(default_journal_blocks(g.blocks_count as u64));
+        return Ok(jbd::default_journal_blocks(g.blocks_count as u64));
     };
     let blocks = mib.saturating_mul(1 << 20) / g.block_size as u64;
     if blocks < MIN_JOURNAL_BLOCKS as u64

@@ -123,6 +123,49 @@ pub fn check_block_size(block_size: usize) -> Result<(), FormatError> {
     }
 }
 
+/// Offsets of `struct ext2_dir_entry_2`'s fields in an entry.
+const DE_INODE: usize = 0;
+const DE_REC_LEN: usize = 4;
+const DE_NAME_LEN: usize = 6;
+const DE_FILE_TYPE: usize = 7;
+
+// Fields of the entry at `off` of a directory block, read and written in
+// place, for code that repairs entries the parser rejects (fsck) or patches
+// one field of an entry already found. The entry's 8-byte header must lie
+// inside the block: that is the caller's to check.
+
+pub fn inode_at(block: &[u8], off: usize) -> u32 {
+    le32(block, off + DE_INODE)
+}
+
+pub fn set_inode_at(block: &mut [u8], off: usize, ino: u32) {
+    put_le32(block, off + DE_INODE, ino);
+}
+
+pub fn rec_len_at(block: &[u8], off: usize) -> u16 {
+    le16(block, off + DE_REC_LEN)
+}
+
+pub fn set_rec_len_at(block: &mut [u8], off: usize, rec_len: u16) {
+    put_le16(block, off + DE_REC_LEN, rec_len);
+}
+
+pub fn name_len_at(block: &[u8], off: usize) -> u8 {
+    block[off + DE_NAME_LEN]
+}
+
+pub fn set_name_len_at(block: &mut [u8], off: usize, name_len: u8) {
+    block[off + DE_NAME_LEN] = name_len;
+}
+
+pub fn file_type_at(block: &[u8], off: usize) -> u8 {
+    block[off + DE_FILE_TYPE]
+}
+
+pub fn set_file_type_at(block: &mut [u8], off: usize, file_type: u8) {
+    block[off + DE_FILE_TYPE] = file_type;
+}
+
 /// Parses and validates the entry at `off`, as `ext3_check_dir_entry` does.
 pub fn entry_at(
     block: &[u8],
@@ -230,10 +273,10 @@ pub fn write_entry(block: &mut [u8], off: usize, e: &DirEntry) -> Result<(), For
     let b = block
         .get_mut(off..off + len)
         .ok_or_else(|| bad("rec_len", e.rec_len, "directory entry across blocks"))?;
-    put_le32(b, 0, e.inode.0);
-    put_le16(b, 4, e.rec_len);
-    b[6] = e.name_len;
-    b[7] = e.file_type;
+    put_le32(b, DE_INODE, e.inode.0);
+    put_le16(b, DE_REC_LEN, e.rec_len);
+    b[DE_NAME_LEN] = e.name_len;
+    b[DE_FILE_TYPE] = e.file_type;
     put_bytes(b, DIRENT_HEADER_LEN, &e.name);
     Ok(())
 }

@@ -57,6 +57,56 @@ pub mod ino {
     pub const EXT2_FIRST_INO: u32 = 11;
 }
 
+/// Fields read and written in place in an on-disk inode record, for code
+/// that must see or patch bytes without parsing the whole inode (the
+/// orphan chain's link in `i_dtime`; fsck reading what the parser would
+/// reject). The record must hold the field: 128 bytes for the core fields,
+/// more for `i_extra_isize`.
+pub mod raw {
+    use super::super::bytes::{le16, le32, put_le16, put_le32};
+
+    const I_MODE: usize = 0x00;
+    const I_DTIME: usize = 0x14;
+    const I_LINKS_COUNT: usize = 0x1A;
+    const L_I_FILE_ACL_HIGH: usize = 0x76;
+    const I_EXTRA_ISIZE: usize = 0x80;
+
+    pub fn i_mode(raw: &[u8]) -> u16 {
+        le16(raw, I_MODE)
+    }
+
+    pub fn i_dtime(raw: &[u8]) -> u32 {
+        le32(raw, I_DTIME)
+    }
+
+    /// Rewrites `i_dtime`, which links an orphan to the next one.
+    pub fn set_i_dtime(raw: &mut [u8], dtime: u32) {
+        put_le32(raw, I_DTIME, dtime);
+    }
+
+    pub fn i_links_count(raw: &[u8]) -> u16 {
+        le16(raw, I_LINKS_COUNT)
+    }
+
+    /// `osd2.linux2.l_i_file_acl_high`: zero on ext3 (no 64bit).
+    pub fn l_i_file_acl_high(raw: &[u8]) -> u16 {
+        le16(raw, L_I_FILE_ACL_HIGH)
+    }
+
+    pub fn set_l_i_file_acl_high(raw: &mut [u8], v: u16) {
+        put_le16(raw, L_I_FILE_ACL_HIGH, v);
+    }
+
+    /// `i_extra_isize` as stored, valid or not (a large inode only).
+    pub fn i_extra_isize(raw: &[u8]) -> u16 {
+        le16(raw, I_EXTRA_ISIZE)
+    }
+
+    pub fn set_i_extra_isize(raw: &mut [u8], v: u16) {
+        put_le16(raw, I_EXTRA_ISIZE, v);
+    }
+}
+
 /// The extra fields of a large inode that hold times.
 const EXTRA_TIMES_END: u16 = 0x98 - 0x80;
 
@@ -309,6 +359,19 @@ impl Inode {
             && self.i_size < EXT2_FAST_SYMLINK_MAX as u64
     }
 
+    /// Whether `i_block` holds a block map: true for regular files,
+    /// directories and slow symlinks, the inodes the kernel's
+    /// `ext3_can_truncate` lets truncate free blocks from and e2fsck walks.
+    /// A fast symlink keeps its target there, a device its number, and a
+    /// fifo or socket nothing, so their `i_block` must never be followed.
+    pub fn has_block_map(&self, block_size: u32) -> bool {
+        match self.file_type() {
+            S_IFREG | S_IFDIR => true,
+            S_IFLNK => !self.is_fast_symlink(block_size),
+            _ => false,
+        }
+    }
+
     /// The bytes of `i_block`, where fast symlinks keep their target.
     pub fn i_block_bytes(&self) -> [u8; EXT2_FAST_SYMLINK_MAX] {
         let mut out = [0u8; EXT2_FAST_SYMLINK_MAX];
@@ -436,6 +499,45 @@ mod tests {
         assert_eq!(i.rdev(), (1, 3));
         i.set_rdev(300, 70000);
         assert_eq!(i.rdev(), (300, 70000));
+    }
+
+    #[test]
+    fn only_files_directories_and_slow_symlinks_have_block_maps() {
+        let mut i = Inode::new(256, 32);
+        for (mode, has) in [
+            (S_IFREG, true),
+            (S_IFDIR, true),
+            (S_IFIFO, false),
+            (S_IFSOCK, false),
+            (S_IFCHR, false),
+            (S_IFBLK, false),
+            (0, false),
+        ] {
+            i.i_mode = mode | 0o644;
+            assert_eq!(i.has_block_map(1024), has, "mode {mode:o}");
+        }
+        i.i_mode = S_IFLNK | 0o777;
+        i.i_size = 12;
+        assert!(!i.has_block_map(1024), "fast symlink");
+        i.i_blocks = 2;
+        assert!(i.has_block_map(1024), "slow symlink");
+    }
+
+    #[test]
+    fn raw_fields_match_the_parser() {
+        let mut i = sample(256);
+        i.i_dtime = 77;
+        let mut b = i.to_bytes();
+        assert_eq!(raw::i_mode(&b), i.i_mode);
+        assert_eq!(raw::i_links_count(&b), 3);
+        assert_eq!(raw::i_dtime(&b), 77);
+        assert_eq!(raw::i_extra_isize(&b), 32);
+        raw::set_i_dtime(&mut b, 12);
+        assert_eq!(Inode::parse(&b).unwrap().i_dtime, 12);
+        raw::set_l_i_file_acl_high(&mut b, 5);
+        assert_eq!(raw::l_i_file_acl_high(&b), 5);
+        raw::set_i_extra_isize(&mut b, 0);
+        assert_eq!(Inode::parse(&b).unwrap().i_extra_isize, 0);
     }
 
     #[test]

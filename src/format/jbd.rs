@@ -40,6 +40,22 @@ pub const UUID_LEN: usize = 16;
 const REVOKE_HEADER_LEN: usize = 16;
 const COMMIT_LEN: usize = 0x3C;
 
+/// mke2fs's default journal size, in blocks, for a filesystem of `blocks`
+/// blocks (ext2fs_default_journal_size); e2fsck recreates a journal of
+/// this size.
+pub fn default_journal_blocks(blocks: u64) -> u32 {
+    match blocks {
+        b if b < 32768 => 1024,
+        b if b < 256 * 1024 => 4096,
+        b if b < 512 * 1024 => 8192,
+        b if b < 4096 * 1024 => 16384,
+        b if b < 8192 * 1024 => 32768,
+        b if b < 16384 * 1024 => 65536,
+        b if b < 32768 * 1024 => 131072,
+        _ => 262144,
+    }
+}
+
 /// `journal_header_t`, the first 12 bytes of every metadata block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JournalHeader {

@@ -4,8 +4,10 @@
 //! The parsed struct keeps the raw bytes so that fields jbdfs does not model
 //! survive a parse/serialize round trip untouched.
 
+use std::io;
+
 use super::bytes::*;
-use super::{BlockNo, FormatError, GroupNo};
+use super::{BlockNo, Corruption, FormatError, GroupNo, InodeNo, Location};
 
 pub const SUPERBLOCK_OFFSET: u64 = 1024;
 pub const SUPERBLOCK_SIZE: usize = 1024;
@@ -587,6 +589,30 @@ impl Superblock {
         )
     }
 
+    /// The block holding group `g`'s descriptor, and its byte offset there:
+    /// the table follows the primary superblock (no meta_bg).
+    pub fn group_desc_location(&self, g: GroupNo) -> (BlockNo, usize) {
+        let per_block = self.descs_per_block();
+        let block = self.s_first_data_block + 1 + g.0 / per_block;
+        (
+            BlockNo(block),
+            (g.0 % per_block) as usize * super::group_desc::GROUP_DESC_SIZE,
+        )
+    }
+
+    /// The block holding inode `ino` in its group's inode table, which
+    /// starts at `inode_table` (the group's `bg_inode_table`), and the
+    /// inode's byte offset in that block.
+    pub fn inode_location(&self, ino: InodeNo, inode_table: BlockNo) -> (BlockNo, usize) {
+        let (_, index) = self.inode_group(ino.0);
+        let byte = u64::from(index) * u64::from(self.inode_size());
+        let bs = u64::from(self.block_size());
+        (
+            BlockNo(inode_table.0 + (byte / bs) as u32),
+            (byte % bs) as usize,
+        )
+    }
+
     pub fn volume_name(&self) -> String {
         cstr(&self.s_volume_name)
     }
@@ -606,6 +632,53 @@ impl Superblock {
             feature::names(feature::Kind::RoCompat, ro),
         )
     }
+}
+
+/// Fields read from superblock bytes that may not parse, to find the
+/// backups of a damaged primary. The buffer must hold the field.
+pub mod raw {
+    use super::super::bytes::le32;
+
+    const S_LOG_BLOCK_SIZE: usize = 0x18;
+    const S_BLOCKS_PER_GROUP: usize = 0x20;
+
+    pub fn s_log_block_size(raw: &[u8]) -> u32 {
+        le32(raw, S_LOG_BLOCK_SIZE)
+    }
+
+    pub fn s_blocks_per_group(raw: &[u8]) -> u32 {
+        le32(raw, S_BLOCKS_PER_GROUP)
+    }
+}
+
+/// Why the primary superblock could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    #[error("I/O error: {0}")]
+    Io(#[from] io::Error),
+    #[error("{0}")]
+    Corrupt(#[from] Corruption),
+}
+
+/// Reads and validates the primary superblock of a store of `size` bytes
+/// through `read_at`, a positional read such as `BlockDevice::read_at`: the
+/// one definition that mount and fsck share. The I/O is the caller's; this
+/// module only says where the superblock is and what makes it valid.
+pub fn read_primary(
+    size: u64,
+    read_at: impl FnOnce(&mut [u8], u64) -> io::Result<()>,
+) -> Result<Superblock, ReadError> {
+    let mut buf = vec![0u8; SUPERBLOCK_SIZE];
+    if size < SUPERBLOCK_OFFSET + buf.len() as u64 {
+        let err = FormatError::Short {
+            structure: "superblock",
+            len: size.saturating_sub(SUPERBLOCK_OFFSET) as usize,
+            need: SUPERBLOCK_SIZE,
+        };
+        return Err(Corruption::new(Location::Superblock, err).into());
+    }
+    read_at(&mut buf, SUPERBLOCK_OFFSET)?;
+    Superblock::parse(&buf).map_err(|e| Corruption::new(Location::Superblock, e).into())
 }
 
 /// Groups 0 and 1 and powers of 3, 5 and 7 carry backups under sparse_super.
@@ -644,6 +717,47 @@ mod tests {
         sb.s_jnl_blocks[16] = 7;
         sb.s_last_error_func[..4].copy_from_slice(b"func");
         sb
+    }
+
+    #[test]
+    fn descriptor_and_inode_locations() {
+        let mut sb = sample();
+        // 4 KiB blocks: 128 descriptors and 16 inodes of 256 bytes a block.
+        assert_eq!(sb.group_desc_location(GroupNo(0)), (BlockNo(1), 0));
+        assert_eq!(sb.group_desc_location(GroupNo(1)), (BlockNo(1), 32));
+        assert_eq!(sb.group_desc_location(GroupNo(128)), (BlockNo(2), 0));
+        let t = BlockNo(100);
+        assert_eq!(sb.inode_location(InodeNo(1), t), (BlockNo(100), 0));
+        assert_eq!(sb.inode_location(InodeNo(2), t), (BlockNo(100), 256));
+        assert_eq!(sb.inode_location(InodeNo(17), t), (BlockNo(101), 0));
+        // The index is inside the inode's own group.
+        assert_eq!(sb.inode_location(InodeNo(8193), t), (BlockNo(100), 0));
+        // 1 KiB blocks: the table starts after the superblock in block 1.
+        sb.s_log_block_size = 0;
+        sb.s_first_data_block = 1;
+        assert_eq!(sb.group_desc_location(GroupNo(33)), (BlockNo(3), 32));
+        assert_eq!(sb.inode_location(InodeNo(6), t), (BlockNo(101), 256));
+    }
+
+    #[test]
+    fn raw_fields_match_the_parser() {
+        let b = sample().to_bytes();
+        assert_eq!(raw::s_log_block_size(&b), 2);
+        assert_eq!(raw::s_blocks_per_group(&b), 32768);
+    }
+
+    #[test]
+    fn reading_a_short_store_names_the_superblock() {
+        let e = read_primary(1500, |_, _| Ok(())).unwrap_err();
+        assert!(e.to_string().contains("superblock"), "{e}");
+        let bytes = sample().to_bytes();
+        let sb = read_primary(4096, |buf, off| {
+            assert_eq!(off, SUPERBLOCK_OFFSET);
+            buf.copy_from_slice(&bytes);
+            Ok(())
+        })
+        .unwrap();
+        assert_eq!(sb, sample());
     }
 
     #[test]

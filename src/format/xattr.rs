@@ -127,10 +127,49 @@ struct RawEntry {
     value_size: usize,
 }
 
+/// Offsets of `struct ext2_xattr_header`'s fields.
+const H_MAGIC: usize = 0x00;
+const H_REFCOUNT: usize = 0x04;
+const H_BLOCKS: usize = 0x08;
+const H_HASH: usize = 0x0C;
+
+/// `h_magic` of an xattr block, read in place.
+pub fn h_magic(block: &[u8]) -> Result<u32, FormatError> {
+    bytes::need(BLOCK, block, XATTR_HEADER_LEN)?;
+    Ok(le32(block, H_MAGIC))
+}
+
+/// `h_refcount` of an xattr block (the inodes sharing it), read in place.
+pub fn h_refcount(block: &[u8]) -> Result<u32, FormatError> {
+    bytes::need(BLOCK, block, XATTR_HEADER_LEN)?;
+    Ok(le32(block, H_REFCOUNT))
+}
+
+/// Rewrites `h_refcount` of an xattr block in place.
+pub fn set_h_refcount(block: &mut [u8], refs: u32) -> Result<(), FormatError> {
+    bytes::need(BLOCK, block, XATTR_HEADER_LEN)?;
+    put_le32(block, H_REFCOUNT, refs);
+    Ok(())
+}
+
+/// `h_hash` of an xattr block (the hash its sharing is looked up by),
+/// read in place.
+pub fn h_hash(block: &[u8]) -> Result<u32, FormatError> {
+    bytes::need(BLOCK, block, XATTR_HEADER_LEN)?;
+    Ok(le32(block, H_HASH))
+}
+
+/// Whether two xattr blocks hold the same attributes: every byte equal but
+/// `h_refcount`'s, as blocks are compared before they are shared.
+pub fn same_but_refcount(a: &[u8], b: &[u8]) -> bool {
+    let rest = H_REFCOUNT + 4;
+    a.get(..H_REFCOUNT) == b.get(..H_REFCOUNT) && a.get(rest..) == b.get(rest..)
+}
+
 /// Parses and validates an xattr block (`ext4_xattr_check_block`).
 pub fn parse_block(block: &[u8]) -> Result<XattrBlock, FormatError> {
     bytes::need(BLOCK, block, XATTR_HEADER_LEN + 4)?;
-    let magic = le32(block, 0);
+    let magic = le32(block, H_MAGIC);
     if magic != EXT2_XATTR_MAGIC {
         return Err(FormatError::BadMagic {
             structure: BLOCK,
@@ -138,7 +177,7 @@ pub fn parse_block(block: &[u8]) -> Result<XattrBlock, FormatError> {
             expected: EXT2_XATTR_MAGIC,
         });
     }
-    let h_blocks = le32(block, 8);
+    let h_blocks = le32(block, H_BLOCKS);
     if h_blocks != 1 {
         return Err(FormatError::bad_field(
             BLOCK,
@@ -148,8 +187,8 @@ pub fn parse_block(block: &[u8]) -> Result<XattrBlock, FormatError> {
         ));
     }
     Ok(XattrBlock {
-        h_refcount: le32(block, 4),
-        h_hash: le32(block, 12),
+        h_refcount: le32(block, H_REFCOUNT),
+        h_hash: le32(block, H_HASH),
         entries: parse_entries(block, XATTR_HEADER_LEN, 0)?,
     })
 }
@@ -411,10 +450,10 @@ pub fn build_block(
     let Some(hashes) = write_entries(&mut block, XATTR_HEADER_LEN, 0, list, true) else {
         return Ok(None);
     };
-    put_le32(&mut block, 0, EXT2_XATTR_MAGIC);
-    put_le32(&mut block, 4, h_refcount);
-    put_le32(&mut block, 8, 1);
-    put_le32(&mut block, 12, block_hash(&hashes));
+    put_le32(&mut block, H_MAGIC, EXT2_XATTR_MAGIC);
+    put_le32(&mut block, H_REFCOUNT, h_refcount);
+    put_le32(&mut block, H_BLOCKS, 1);
+    put_le32(&mut block, H_HASH, block_hash(&hashes));
     Ok(Some(block))
 }
 
@@ -467,6 +506,24 @@ mod tests {
     fn sorted(mut v: Vec<Xattr>) -> Vec<Xattr> {
         v.sort_by(|a, b| a.sort_key().cmp(&b.sort_key()));
         v
+    }
+
+    #[test]
+    fn header_fields_in_place() {
+        let mut b = build_block(1024, 3, &sample()).unwrap().unwrap();
+        let parsed = parse_block(&b).unwrap();
+        assert_eq!(h_magic(&b).unwrap(), EXT2_XATTR_MAGIC);
+        assert_eq!(h_refcount(&b).unwrap(), 3);
+        assert_eq!(h_hash(&b).unwrap(), parsed.h_hash);
+        let before = b.clone();
+        set_h_refcount(&mut b, 9).unwrap();
+        assert_eq!(parse_block(&b).unwrap().h_refcount, 9);
+        assert!(same_but_refcount(&b, &before));
+        b[40] ^= 1;
+        assert!(!same_but_refcount(&b, &before));
+        assert!(!same_but_refcount(&before[..512], &before));
+        assert!(h_refcount(&b[..31]).is_err());
+        assert!(set_h_refcount(&mut b[..31], 1).is_err());
     }
 
     #[test]

@@ -15,6 +15,7 @@ use std::sync::Arc;
 use super::inode::InodeState;
 use super::{Filesystem, FsError, Result};
 use crate::cache::Buffer;
+use crate::format::indirect;
 use crate::format::inode::EXT2_N_BLOCKS;
 use crate::format::{BlockNo, Corruption, FormatError, InodeNo, Location};
 use crate::journal::Handle;
@@ -41,14 +42,17 @@ pub struct Mapping {
     pub leaf: Option<BlockNo>,
 }
 
-fn slot(buf: &[u8], i: u32) -> u32 {
-    let o = i as usize * 4;
-    u32::from_le_bytes([buf[o], buf[o + 1], buf[o + 2], buf[o + 3]])
+/// Pointer `i` of indirect block `b`, whose bytes are `data`.
+fn slot(b: BlockNo, data: &[u8], i: u32) -> Result<u32> {
+    indirect::get_ptr(data, i)
+        .map(|p| p.0)
+        .map_err(|e| Corruption::new(Location::Block(b), e).into())
 }
 
-fn set_slot(buf: &mut [u8], i: u32, v: u32) {
-    let o = i as usize * 4;
-    buf[o..o + 4].copy_from_slice(&v.to_le_bytes());
+/// Sets pointer `i` of indirect block `b`, whose bytes are `data`.
+fn set_slot(b: BlockNo, data: &mut [u8], i: u32, v: u32) -> Result<()> {
+    indirect::set_ptr(data, i, BlockNo(v))
+        .map_err(|e| Corruption::new(Location::Block(b), e).into())
 }
 
 /// The pointers of the last level: either the inode's `i_block` or an
@@ -102,13 +106,13 @@ impl Filesystem {
         };
         let last = path.offsets()[path.depth - 1];
         let read = |i: u32| match &leaf {
-            Leaf::Inode => st.disk.i_block[i as usize],
-            Leaf::Block(b) => slot(&b.read(), i),
+            Leaf::Inode => Ok(st.disk.i_block[i as usize]),
+            Leaf::Block(b) => slot(b.block(), &b.read(), i),
         };
-        let first = read(last);
+        let first = read(last)?;
         let mut count = 1;
         while count < max {
-            let next = read(last + count);
+            let next = read(last + count)?;
             let contiguous = if first == 0 {
                 next == 0
             } else {
@@ -131,9 +135,12 @@ impl Filesystem {
         }
         let physical = self.check_ptr(ino, first)?;
         if first as u64 + count as u64 > self.sb.lock().s_blocks_count as u64 {
-            return Err(FsError::CorruptInode(
-                ino,
-                format!("block run at {first} runs off the filesystem"),
+            return Err(FsError::corrupt(
+                Location::Inode(ino),
+                "inode",
+                "i_block",
+                first,
+                "a run of contiguous block pointers from it passes the end of the filesystem",
             ));
         }
         Ok(Mapping {
@@ -173,7 +180,7 @@ impl Filesystem {
                     }
                     Some(p) => {
                         h.get_write_access(p)?;
-                        set_slot(&mut p.write(), path.offsets()[level - 1], ptr);
+                        set_slot(p.block(), &mut p.write(), path.offsets()[level - 1], ptr)?;
                         h.dirty_metadata(p)?;
                     }
                 }
@@ -181,7 +188,7 @@ impl Filesystem {
             let b = self.check_ptr(ino, ptr)?;
             let buf = self.cache.get(b)?;
             let next = if level + 1 < path.depth {
-                slot(&buf.read(), path.offsets()[level])
+                slot(b, &buf.read(), path.offsets()[level])?
             } else {
                 0
             };
@@ -209,8 +216,9 @@ impl Filesystem {
             if ptr == 0 {
                 return Ok(None);
             }
-            let buf = self.cache.get(self.check_ptr(ino, ptr)?)?;
-            ptr = slot(&buf.read(), path.offsets()[level]);
+            let b = self.check_ptr(ino, ptr)?;
+            let buf = self.cache.get(b)?;
+            ptr = slot(b, &buf.read(), path.offsets()[level])?;
         }
         if ptr == 0 {
             return Ok(None);
@@ -354,7 +362,7 @@ impl Filesystem {
                 h.get_write_access(buf)?;
                 let mut data = buf.write();
                 for i in 0..n {
-                    set_slot(&mut data, last + i, first.0 + i);
+                    set_slot(buf.block(), &mut data, last + i, first.0 + i)?;
                 }
                 drop(data);
                 h.dirty_metadata(buf)?;
@@ -437,16 +445,24 @@ impl Filesystem {
             }
             return Ok(());
         };
-        let hit = |data: &[u8], i: u32| slot(data, at + i) == first + i;
-        if !(0..n).any(|i| hit(&buf.read(), i)) {
+        let b = buf.block();
+        let hit = |data: &[u8], i: u32| Ok::<_, FsError>(slot(b, data, at + i)? == first + i);
+        let mut any = false;
+        for i in 0..n {
+            if hit(&buf.read(), i)? {
+                any = true;
+                break;
+            }
+        }
+        if !any {
             return Ok(());
         }
         h.get_write_access(buf)?;
         {
             let mut data = buf.write();
             for i in 0..n {
-                if hit(&data, i) {
-                    set_slot(&mut data, at + i, 0);
+                if hit(&data, i)? {
+                    set_slot(b, &mut data, at + i, 0)?;
                 }
             }
         }
@@ -468,11 +484,12 @@ impl Filesystem {
             if ptr == 0 {
                 return Ok(None);
             }
-            let buf = self.cache.get(self.check_ptr(ino, ptr)?)?;
+            let b = self.check_ptr(ino, ptr)?;
+            let buf = self.cache.get(b)?;
             if l == level {
                 return Ok(Some(buf));
             }
-            ptr = slot(&buf.read(), path.offsets()[l]);
+            ptr = slot(b, &buf.read(), path.offsets()[l])?;
         }
         Ok(None)
     }
@@ -572,7 +589,7 @@ impl Filesystem {
                 let data = b.read();
                 (lo..=at)
                     .rev()
-                    .map(|i| (i, slot(&data, i)))
+                    .map(|i| (i, slot(b.block(), &data, i).unwrap_or(0)))
                     .find(|&(_, p)| p != 0)
             }
         };

@@ -74,9 +74,12 @@ impl Filesystem {
         let m = self.map_blocks(ino, st, idx, 1)?;
         match m.physical {
             Some(b) => Ok(self.cache.get(b)?),
-            None => Err(FsError::CorruptInode(
-                ino,
-                format!("directory has a hole at block {idx}"),
+            None => Err(FsError::corrupt(
+                Location::Inode(ino),
+                "directory",
+                "logical block",
+                idx,
+                "a hole inside the directory's size",
             )),
         }
     }
@@ -200,9 +203,12 @@ impl Filesystem {
             Insert::Inserted(_) => {}
             Insert::Exists(_) => return Err(FsError::Exists),
             Insert::NoSpace => {
-                return Err(FsError::CorruptInode(
-                    dir,
-                    "directory block room miscounted".into(),
+                return Err(FsError::corrupt(
+                    Location::Inode(dir),
+                    "directory",
+                    "logical block",
+                    block,
+                    "its free room was miscounted: the entry did not fit",
                 ))
             }
         }
@@ -329,8 +335,8 @@ impl Filesystem {
                 .map_err(|e| self.corrupt_dir(dir, e))?
                 .map(|e| e.offset)
                 .ok_or(FsError::NotFound)?;
-            data[off..off + 4].copy_from_slice(&ino.0.to_le_bytes());
-            data[off + 7] = file_type;
+            dirent::set_inode_at(&mut data, off, ino.0);
+            dirent::set_file_type_at(&mut data, off, file_type);
         }
         h.dirty_metadata(&buf)?;
         let idx = self.ensure_index(dir, st)?;

@@ -95,25 +95,15 @@ impl InodeCache {
 impl Filesystem {
     /// The block and byte offset of inode `ino`'s on-disk slot.
     pub(crate) fn inode_location(&self, ino: InodeNo) -> Result<(BlockNo, usize)> {
-        let (ipg, isz, count) = {
+        let (count, group) = {
             let sb = self.sb.lock();
-            (
-                sb.s_inodes_per_group,
-                sb.inode_size() as u64,
-                sb.s_inodes_count,
-            )
+            (sb.s_inodes_count, sb.inode_group(ino.0).0)
         };
         if ino.0 == 0 || ino.0 > count {
             return Err(FsError::NotFound);
         }
-        let group = (ino.0 - 1) / ipg;
-        let index = ((ino.0 - 1) % ipg) as u64;
-        let table = self
-            .group_desc(crate::format::GroupNo(group))?
-            .bg_inode_table;
-        let byte = index * isz;
-        let bs = self.block_size as u64;
-        Ok((BlockNo(table + (byte / bs) as u32), (byte % bs) as usize))
+        let table = self.group_desc(group)?.bg_inode_table;
+        Ok(self.sb.lock().inode_location(ino, BlockNo(table)))
     }
 
     fn read_inode_disk(&self, ino: InodeNo) -> Result<Inode> {
@@ -168,7 +158,7 @@ impl Filesystem {
             // of the chain cannot be overwritten with a link it has undone.
             let list = self.orphans.lock();
             if let Some(next) = super::orphan::next_in(&list, ino) {
-                bytes[0x14..0x18].copy_from_slice(&next.to_le_bytes());
+                crate::format::inode::raw::set_i_dtime(&mut bytes, next);
             }
             buf.write()[off..off + bytes.len()].copy_from_slice(&bytes);
         } else {

@@ -23,7 +23,7 @@ pub mod xattr;
 
 use std::io;
 
-use crate::format::{Corruption, InodeNo};
+use crate::format::{Corruption, FormatError, InodeNo, Location};
 
 pub use mount::{Filesystem, MountConfig};
 
@@ -69,6 +69,9 @@ pub enum FsError {
     NotSupported,
     #[error("{0}")]
     Corrupt(#[from] Corruption),
+    /// No longer made: corruption is [`FsError::Corrupt`], which names
+    /// the inode or block. Kept only while the FUSE adapter still matches
+    /// it; remove it with that arm.
     #[error("inode {0} is corrupt: {1}")]
     CorruptInode(InodeNo, String),
     #[error("I/O error: {0}")]
@@ -79,6 +82,18 @@ pub type Result<T> = std::result::Result<T, FsError>;
 
 /// The errno for an error, for the FUSE adapter.
 impl FsError {
+    /// Corruption found at `at`: `field` of `structure` holds `value`,
+    /// which is wrong for `reason`.
+    pub(crate) fn corrupt(
+        at: Location,
+        structure: &'static str,
+        field: &'static str,
+        value: impl Into<u64>,
+        reason: &'static str,
+    ) -> Self {
+        Corruption::new(at, FormatError::bad_field(structure, field, value, reason)).into()
+    }
+
     pub fn errno(&self) -> i32 {
         match self {
             FsError::NotFound => libc::ENOENT,
@@ -99,5 +114,22 @@ impl FsError {
             FsError::Corrupt(_) | FsError::CorruptInode(..) => libc::EIO,
             FsError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn corruption_names_the_inode_field_and_value() {
+        let at = Location::Inode(InodeNo(12));
+        let e = FsError::corrupt(at, "directory", "logical block", 3u32, "a hole");
+        assert_eq!(
+            e.to_string(),
+            "corrupt inode 12: directory: logical block = 3 is invalid: a hole"
+        );
+        assert_eq!(e.errno(), libc::EIO);
+        assert!(matches!(e, FsError::Corrupt(c) if c.at == at));
     }
 }

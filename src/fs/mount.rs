@@ -101,24 +101,10 @@ pub struct Filesystem {
 
 /// Reads and validates the primary superblock.
 pub fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock> {
-    let mut buf = vec![0u8; sbm::SUPERBLOCK_SIZE];
-    if dev.size() < sbm::SUPERBLOCK_OFFSET + buf.len() as u64 {
-        let err = FormatError::Short {
-            structure: "superblock",
-            len: dev.size().saturating_sub(sbm::SUPERBLOCK_OFFSET) as usize,
-            need: sbm::SUPERBLOCK_SIZE,
-        };
-        return Err(Corruption::new(Location::Superblock, err).into());
-    }
-    dev.read_at(&mut buf, sbm::SUPERBLOCK_OFFSET)?;
-    Superblock::parse(&buf).map_err(|e| Corruption::new(Location::Superblock, e).into())
-}
-
-/// The block holding group `g`'s descriptor, and its offset there.
-pub fn group_desc_location(sb: &Superblock, g: GroupNo) -> (BlockNo, usize) {
-    let per_block = sb.descs_per_block();
-    let block = sb.s_first_data_block + 1 + g.0 / per_block;
-    (BlockNo(block), (g.0 % per_block) as usize * GROUP_DESC_SIZE)
+    sbm::read_primary(dev.size(), |buf, off| dev.read_at(buf, off)).map_err(|e| match e {
+        sbm::ReadError::Io(e) => FsError::Io(e),
+        sbm::ReadError::Corrupt(c) => FsError::Corrupt(c),
+    })
 }
 
 /// Reads the group descriptor table that follows the primary superblock,
@@ -179,6 +165,18 @@ fn check_features(sb: &Superblock, read_only: bool) -> Result<bool> {
     Ok(read_only)
 }
 
+/// A journal error as the mount reports it, logged first (what is
+/// unsupported is only named there).
+fn recovery_error(what: &str, e: crate::journal::recovery::RecoveryError) -> FsError {
+    use crate::journal::recovery::RecoveryError;
+    tracing::error!("{what} failed: {e}");
+    match e {
+        RecoveryError::Io(e) => FsError::Io(e),
+        RecoveryError::Corrupt(c) => FsError::Corrupt(c),
+        RecoveryError::Unsupported(_) => FsError::NotSupported,
+    }
+}
+
 /// Replays the journal if a crash left it in use (Linux: ext3_load_journal).
 fn recover_if_needed(
     dev: &dyn BlockDevice,
@@ -189,14 +187,8 @@ fn recover_if_needed(
         return Ok(None);
     }
     let opts = crate::journal::recovery::RecoverOptions { write: true };
-    let report = crate::journal::recovery::recover(dev, opts).map_err(|e| {
-        tracing::error!("journal recovery failed: {e}");
-        match e {
-            crate::journal::recovery::RecoveryError::Io(e) => FsError::Io(e),
-            crate::journal::recovery::RecoveryError::Corrupt(c) => FsError::Corrupt(c),
-            crate::journal::recovery::RecoveryError::Unsupported(_) => FsError::NotSupported,
-        }
-    })?;
+    let report = crate::journal::recovery::recover(dev, opts)
+        .map_err(|e| recovery_error("journal recovery", e))?;
     if !report.needed {
         return Ok(None);
     }
@@ -354,20 +346,24 @@ impl Filesystem {
         };
         let sb = self.sb.lock().clone();
         let map = crate::journal::jmap::JournalMap::load(&*self.dev, &sb)
-            .map_err(|e| FsError::CorruptInode(inum, e.to_string()))?
+            .map_err(|e| recovery_error("loading the journal", e))?
             .blocks()
             .to_vec();
-        let first = *map
-            .first()
-            .ok_or(FsError::CorruptInode(inum, "empty journal".into()))?;
+        let at = Location::Inode(inum);
+        let first = *map.first().ok_or_else(|| {
+            FsError::corrupt(at, "inode", "i_size", 0u32, "the journal has no blocks")
+        })?;
         let mut raw = vec![0u8; jbd::JOURNAL_SUPERBLOCK_LEN];
         self.dev.read_at(&mut raw, first as u64 * bs)?;
         let jsb = JournalSuperblock::parse(&raw)
             .map_err(|e| Corruption::new(Location::JournalBlock(0), e))?;
         if jsb.s_blocksize != self.block_size {
-            return Err(FsError::CorruptInode(
-                inum,
-                "journal block size differs from the filesystem's".into(),
+            return Err(FsError::corrupt(
+                at,
+                "journal superblock",
+                "s_blocksize",
+                jsb.s_blocksize,
+                "differs from the filesystem's block size",
             ));
         }
         if jsb.s_start != 0 {
@@ -451,7 +447,7 @@ impl Filesystem {
     }
 
     pub(crate) fn group_desc_buffer(&self, g: GroupNo) -> Result<(Arc<Buffer>, usize)> {
-        let (block, off) = group_desc_location(&self.sb.lock(), g);
+        let (block, off) = self.sb.lock().group_desc_location(g);
         Ok((self.cache.get(block)?, off))
     }
 

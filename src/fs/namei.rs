@@ -362,9 +362,12 @@ impl Filesystem {
             return Ok(st.disk.i_block_bytes()[..len.min(fi::EXT2_FAST_SYMLINK_MAX)].to_vec());
         }
         if len >= self.block_size as usize {
-            return Err(FsError::CorruptInode(
-                ino,
-                "symlink longer than a block".into(),
+            return Err(FsError::corrupt(
+                crate::format::Location::Inode(ino),
+                "inode",
+                "i_size",
+                len as u64,
+                "a slow symlink's target is longer than a block",
             ));
         }
         let buf = self.dir_block(ino, &st, 0)?;

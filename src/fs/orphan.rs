@@ -70,7 +70,7 @@ impl Filesystem {
             }
             let next = next_in(&list, ino).unwrap_or(0);
             list.remove(pos);
-            buf.write()[off + 0x14..off + 0x18].copy_from_slice(&next.to_le_bytes());
+            crate::format::inode::raw::set_i_dtime(&mut buf.write()[off..], next);
             drop(list);
             h.dirty_metadata(&buf)?;
             return Ok(());
@@ -120,8 +120,10 @@ impl Filesystem {
     fn delete_inode(&self, h: &mut Handle<'_>, ino: InodeNo, st: &mut InodeState) -> Result<()> {
         self.orphan_del(h, ino)?;
         let is_dir = st.disk.is_dir();
-        let keeps_blocks = st.disk.is_fast_symlink(self.block_size) || st.disk.is_device();
-        if !keeps_blocks {
+        // Only a block map is freed (ext3_can_truncate): a fast symlink's
+        // target, a device number or a fifo's or socket's garbage in
+        // i_block names no blocks of this inode.
+        if st.disk.has_block_map(self.block_size) {
             self.free_blocks_from(h, ino, st, 0)?;
         }
         if st.disk.i_file_acl != 0 {
@@ -230,8 +232,14 @@ impl Filesystem {
         let mut h = self.journal.start(ORPHAN_CREDITS)?;
         let size = st.disk.i_size;
         let bs = self.block_size as u64;
-        let res = self
-            .free_blocks_from(&mut h, inode.ino, &mut st, size.div_ceil(bs))
+        // As ext3_truncate, which ext3_can_truncate stops for inodes
+        // without a block map.
+        let res = if st.disk.has_block_map(self.block_size) {
+            self.free_blocks_from(&mut h, inode.ino, &mut st, size.div_ceil(bs))
+        } else {
+            Ok(())
+        };
+        let res = res
             .and_then(|()| self.orphan_del(&mut h, inode.ino))
             .and_then(|()| {
                 st.disk.i_dtime = 0;

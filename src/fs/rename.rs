@@ -75,9 +75,12 @@ impl Filesystem {
             let (parent, _) = self.lookup(cur, b"..")?;
             cur = parent;
         }
-        Err(FsError::CorruptInode(
-            dir,
-            "directory loop in '..' entries".into(),
+        Err(FsError::corrupt(
+            crate::format::Location::Inode(dir),
+            "directory",
+            "'..' entry",
+            cur.0,
+            "the chain of '..' entries from this directory loops",
         ))
     }
 

@@ -4,7 +4,8 @@
 use super::bmap::EXT3_NDIR_BLOCKS;
 use super::inode::InodeState;
 use super::{Filesystem, Result};
-use crate::format::{BlockNo, InodeNo};
+use crate::format::indirect;
+use crate::format::{BlockNo, Corruption, InodeNo, Location};
 use crate::journal::Handle;
 
 /// Blocks to free, gathered into runs so each run is one bitmap update.
@@ -108,11 +109,7 @@ impl Filesystem {
         let buf = self.cache.get(b)?;
         let p = (self.block_size / 4) as u64;
         let child_span = p.pow(depth - 1);
-        let ptrs: Vec<u32> = buf
-            .read()
-            .chunks_exact(4)
-            .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-            .collect();
+        let ptrs: Vec<u32> = indirect::ptrs(&buf.read()).map(|p| p.0).collect();
         let mut cleared = vec![false; ptrs.len()];
         for (i, &ptr) in ptrs.iter().enumerate() {
             let child_base = i as u64 * child_span;
@@ -146,7 +143,8 @@ impl Filesystem {
             h.get_write_access(&buf)?;
             let mut data = buf.write();
             for (i, _) in cleared.iter().enumerate().filter(|(_, &c)| c) {
-                data[i * 4..i * 4 + 4].fill(0);
+                indirect::set_ptr(&mut data, i as u32, BlockNo(0))
+                    .map_err(|e| Corruption::new(Location::Block(b), e))?;
             }
             drop(data);
             h.dirty_metadata(&buf)?;

@@ -210,15 +210,16 @@ impl Filesystem {
             }
             return Ok(());
         };
-        let hash = u32::from_le_bytes([want[12], want[13], want[14], want[15]]);
+        let hash = fx::h_hash(want).map_err(|e| Corruption::new(Location::Inode(ino), e))?;
         let sectors = (self.block_size / 512) as u64;
         let mut sole_user = None;
         if let Some(b) = old {
             let buf = self.cache.get(b)?;
             let (same, refs) = {
                 let d = buf.read();
-                let refs = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
-                (d[..4] == want[..4] && d[8..] == want[8..], refs)
+                let refs =
+                    fx::h_refcount(&d).map_err(|e| Corruption::new(Location::Block(b), e))?;
+                (fx::same_but_refcount(&d, want), refs)
             };
             if same {
                 return Ok(());
@@ -290,16 +291,18 @@ impl Filesystem {
             let buf = self.cache.get(b)?;
             let refs = {
                 let d = buf.read();
-                let refs = u32::from_le_bytes([d[4], d[5], d[6], d[7]]);
+                let refs =
+                    fx::h_refcount(&d).map_err(|e| Corruption::new(Location::Block(b), e))?;
                 // Same content apart from the refcount field.
-                let same = d[..4] == want[..4] && d[8..] == want[8..];
+                let same = fx::same_but_refcount(&d, want);
                 if !same || refs == 0 || refs >= REFCOUNT_MAX {
                     continue;
                 }
                 refs
             };
             h.get_write_access(&buf)?;
-            buf.write()[4..8].copy_from_slice(&(refs + 1).to_le_bytes());
+            fx::set_h_refcount(&mut buf.write(), refs + 1)
+                .map_err(|e| Corruption::new(Location::Block(b), e))?;
             h.dirty_metadata(&buf)?;
             return Ok(Some(b));
         }
@@ -343,9 +346,10 @@ impl Filesystem {
         let buf = self.cache.get(b)?;
         let (magic, refs) = {
             let d = buf.read();
+            let at = |e| Corruption::new(Location::Block(b), e);
             (
-                u32::from_le_bytes([d[0], d[1], d[2], d[3]]),
-                u32::from_le_bytes([d[4], d[5], d[6], d[7]]),
+                fx::h_magic(&d).map_err(at)?,
+                fx::h_refcount(&d).map_err(at)?,
             )
         };
         if magic != fx::EXT2_XATTR_MAGIC {
@@ -364,7 +368,8 @@ impl Filesystem {
             return self.free_blocks(h, b, 1);
         }
         h.get_write_access(&buf)?;
-        buf.write()[4..8].copy_from_slice(&(refs - 1).to_le_bytes());
+        fx::set_h_refcount(&mut buf.write(), refs - 1)
+            .map_err(|e| Corruption::new(Location::Block(b), e))?;
         h.dirty_metadata(&buf)?;
         Ok(())
     }

@@ -6,9 +6,8 @@ use std::collections::{BTreeSet, HashMap};
 use std::io;
 
 use crate::device::BlockDevice;
-use crate::format::bytes::{le16, le32, put_le16};
 use crate::format::group_desc::GroupDesc;
-use crate::format::inode::Inode;
+use crate::format::inode::{raw, Inode};
 use crate::format::superblock::Superblock;
 use crate::format::GroupNo;
 
@@ -237,7 +236,7 @@ impl<'a> Ctx<'a> {
             Ok(i) => i,
             Err(_) => {
                 let mut copy = raw.to_vec();
-                put_le16(&mut copy, 0x80, 0);
+                raw::set_i_extra_isize(&mut copy, 0);
                 Inode::parse(&copy).unwrap_or_else(|_| Inode::new(self.isz, 0))
             }
         }
@@ -255,15 +254,15 @@ impl<'a> Ctx<'a> {
     }
 
     pub fn raw_links(&self, ino: u32) -> u16 {
-        le16(self.raw_inode(ino), 0x1A)
+        raw::i_links_count(self.raw_inode(ino))
     }
 
     pub fn raw_mode(&self, ino: u32) -> u16 {
-        le16(self.raw_inode(ino), 0)
+        raw::i_mode(self.raw_inode(ino))
     }
 
     pub fn raw_dtime(&self, ino: u32) -> u32 {
-        le32(self.raw_inode(ino), 0x14)
+        raw::i_dtime(self.raw_inode(ino))
     }
 
     /// Deallocates an inode as e2fsck's `e2fsck_clear_inode` does: the
@@ -292,7 +291,7 @@ impl<'a> Ctx<'a> {
                 }
             }
         }
-        if !super::pass1::has_block_map(inode, self.bs) {
+        if !inode.has_block_map(self.bs) {
             return Ok(());
         }
         let mut blocks = Vec::new();

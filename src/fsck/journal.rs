@@ -136,7 +136,7 @@ fn delete_journal(
 /// "Recreate journal"), from blocks pass 1 found free.
 pub fn recreate(ctx: &mut Ctx) -> std::io::Result<()> {
     use crate::format::inode::ino::EXT2_JOURNAL_INO;
-    let blocks = crate::mkfs::default_journal_blocks(u64::from(ctx.sb.s_blocks_count));
+    let blocks = crate::format::jbd::default_journal_blocks(u64::from(ctx.sb.s_blocks_count));
     let free = u64::from(ctx.sb.s_blocks_count)
         - (0..ctx.found.len()).filter(|&b| ctx.found.get(b)).count() as u64;
     if u64::from(blocks) * 2 > free || !ctx.problems.ask_safe("", "Recreate journal") {
@@ -239,7 +239,8 @@ impl NewMap {
             } else {
                 self.tree(ctx, near, depth - 1, per, left)?
             };
-            ptrs[4 * slot..4 * slot + 4].copy_from_slice(&child.to_le_bytes());
+            crate::format::indirect::set_ptr(&mut ptrs, slot as u32, crate::format::BlockNo(child))
+                .map_err(std::io::Error::other)?;
         }
         ctx.write_block(node, &ptrs)?;
         Ok(node)

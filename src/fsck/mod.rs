@@ -141,19 +141,13 @@ impl Report {
     }
 }
 
-impl From<crate::fs::FsError> for FsckError {
-    fn from(e: crate::fs::FsError) -> Self {
-        match e {
-            crate::fs::FsError::Corrupt(c) => FsckError::Corrupt(c),
-            crate::fs::FsError::Io(e) => FsckError::Io(e),
-            other => FsckError::Io(io::Error::other(other.to_string())),
-        }
-    }
-}
-
 /// Reads and validates the primary superblock.
 pub fn read_superblock(dev: &dyn BlockDevice) -> Result<Superblock, FsckError> {
-    Ok(crate::fs::mount::read_superblock(dev)?)
+    use crate::format::superblock::{read_primary, ReadError};
+    read_primary(dev.size(), |buf, off| dev.read_at(buf, off)).map_err(|e| match e {
+        ReadError::Io(e) => FsckError::Io(e),
+        ReadError::Corrupt(c) => FsckError::Corrupt(c),
+    })
 }
 
 /// Refuses filesystems jbdfs cannot check: any incompat or ro_compat

@@ -9,15 +9,10 @@ use std::io;
 use crate::format::dirent::looks_like_dx_root;
 use crate::format::inode::{self as fi, flags, ino as rsv, Inode};
 use crate::format::superblock::feature;
+use crate::format::xattr::{h_refcount, set_h_refcount};
 
 use super::context::{Ctx, DirBlock};
 use super::walk::{walk, Act, Claim};
-
-/// Whether `i_block` holds block pointers (not a fast symlink, a device
-/// number or nothing at all).
-pub fn has_block_map(inode: &Inode, bs: u32) -> bool {
-    (inode.is_dir() || inode.is_reg() || inode.is_symlink()) && !inode.is_fast_symlink(bs)
-}
 
 pub fn run(ctx: &mut Ctx) -> io::Result<()> {
     ctx.problems
@@ -217,7 +212,7 @@ fn check_special(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
 /// directory's high size (no largedir).
 fn check_zero_fields(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
     let raw = ctx.raw_inode(ino);
-    let acl_hi = crate::format::bytes::le16(raw, 0x76);
+    let acl_hi = fi::raw::l_i_file_acl_high(raw);
     let mut dirty = false;
     if inode.i_faddr != 0 {
         let msg = format!(
@@ -233,7 +228,7 @@ fn check_zero_fields(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
         let msg = format!("i_file_acl_hi for inode {ino} is {acl_hi}, should be zero.\n");
         if ctx.problems.ask(&msg, "Clear") {
             let mut bytes = inode.to_bytes();
-            crate::format::bytes::put_le16(&mut bytes, 0x76, 0);
+            fi::raw::set_l_i_file_acl_high(&mut bytes, 0);
             if let Ok(fixed) = Inode::parse(&bytes) {
                 *inode = fixed;
                 dirty = true;
@@ -304,7 +299,7 @@ fn fix_extra_isize(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
     if ctx.isz <= 128 {
         return false;
     }
-    let raw_extra = crate::format::bytes::le16(ctx.raw_inode(ino), 0x80);
+    let raw_extra = fi::raw::i_extra_isize(ctx.raw_inode(ino));
     if raw_extra == inode.i_extra_isize {
         return false;
     }
@@ -399,7 +394,7 @@ fn check_blocks(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> 
         t.blocks += 1;
     }
     let is_dir = inode.is_dir();
-    if has_block_map(inode, ctx.bs) || ino == rsv::EXT2_BAD_INO {
+    if inode.has_block_map(ctx.bs) || ino == rsv::EXT2_BAD_INO {
         let resize = ino == rsv::EXT2_RESIZE_INO;
         let mut dir_blocks = Vec::new();
         let changed = walk(ctx, &mut inode.i_block, false, &mut |ctx, blk, claim| {
@@ -509,7 +504,7 @@ pub fn mark_used(ctx: &mut Ctx, blk: u32) {
 
 /// e2fsck's i_size rules for directories and other files.
 fn check_size(ctx: &mut Ctx, ino: u32, inode: &mut Inode, t: &Tally) -> bool {
-    if inode.is_symlink() || !has_block_map(inode, ctx.bs) && inode.i_size == 0 {
+    if inode.is_symlink() || !inode.has_block_map(ctx.bs) && inode.i_size == 0 {
         return false;
     }
     let bs = u64::from(ctx.bs);
@@ -566,14 +561,14 @@ fn check_ea_refcounts(ctx: &mut Ctx) -> io::Result<()> {
     refs.sort_unstable();
     for (b, n) in refs {
         let mut blk = ctx.read_block(b)?;
-        let have = crate::format::bytes::le32(&blk, 4);
+        let have = h_refcount(&blk).map_err(io::Error::other)?;
         if have == n {
             continue;
         }
         let msg =
             format!("Extended attribute block {b} has reference count {have}, should be {n}.  ");
         if ctx.problems.ask(&msg, "Fix") {
-            crate::format::bytes::put_le32(&mut blk, 4, n);
+            set_h_refcount(&mut blk, n).map_err(io::Error::other)?;
             ctx.write_block(b, &blk)?;
         }
     }

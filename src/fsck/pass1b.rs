@@ -9,7 +9,6 @@ use std::io;
 use crate::format::GroupNo;
 
 use super::context::Ctx;
-use super::pass1::has_block_map;
 use super::walk::{walk, Act, Claim};
 
 pub fn run(ctx: &mut Ctx) -> io::Result<()> {
@@ -75,7 +74,7 @@ fn find_claimants(ctx: &mut Ctx) -> io::Result<Claims> {
                 *c += 1;
             }
         }
-        if !has_block_map(&inode, ctx.bs) || ino == crate::format::inode::ino::EXT2_RESIZE_INO {
+        if !inode.has_block_map(ctx.bs) || ino == crate::format::inode::ino::EXT2_RESIZE_INO {
             continue;
         }
         let mut mine = Vec::new();

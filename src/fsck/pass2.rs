@@ -7,7 +7,6 @@
 use std::collections::HashSet;
 use std::io;
 
-use crate::format::bytes::{le16, le32, put_le16, put_le32};
 use crate::format::dirent::{self as de, rec_len_for};
 use crate::format::inode::ino::EXT2_ROOT_INO;
 use crate::format::superblock::feature;
@@ -95,18 +94,18 @@ fn head(buf: &[u8], off: usize) -> Head {
         };
     }
     Head {
-        ino: le32(buf, off),
-        rec_len: usize::from(le16(buf, off + 4)),
-        name_len: usize::from(buf[off + 6]),
+        ino: de::inode_at(buf, off),
+        rec_len: usize::from(de::rec_len_at(buf, off)),
+        name_len: usize::from(de::name_len_at(buf, off)),
     }
 }
 
 /// Makes the entry at `off` name `ino` as "." or "..", NUL-terminated as
 /// e2fsck writes them.
 fn set_entry(buf: &mut [u8], off: usize, ino: u32, name: &[u8]) {
-    put_le32(buf, off, ino);
-    buf[off + 6] = name.len() as u8;
-    buf[off + 7] = de::EXT2_FT_UNKNOWN;
+    de::set_inode_at(buf, off, ino);
+    de::set_name_len_at(buf, off, name.len() as u8);
+    de::set_file_type_at(buf, off, de::EXT2_FT_UNKNOWN);
     buf[off + 8..off + 8 + name.len()].copy_from_slice(name);
     buf[off + 8 + name.len()] = 0;
 }
@@ -178,7 +177,7 @@ fn check_dir_block(ctx: &mut Ctx, db: &DirBlock) -> io::Result<()> {
         check_entry(ctx, &mut b, off, position, &mut names);
         position += 1;
         prev = Some(off);
-        off += usize::from(le16(&b.buf, off + 4));
+        off += usize::from(de::rec_len_at(&b.buf, off));
     }
     if b.modified {
         ctx.write_block(db.blk, &b.buf)?;
@@ -203,24 +202,24 @@ fn salvage(ctx: &Ctx, buf: &mut [u8], off: &mut usize, prev: Option<usize>, h: H
         && h.ino <= ctx.sb.s_inodes_count
         && bs - *off >= 12
     {
-        put_le16(buf, *off + 4, (bs - *off) as u16);
+        de::set_rec_len_at(buf, *off, (bs - *off) as u16);
         return;
     }
     if let Some(p) = prev {
         if h.rec_len != 0 && h.rec_len % 4 == 0 && *off + h.rec_len <= bs {
-            let plen = usize::from(le16(buf, p + 4));
-            put_le16(buf, p + 4, (plen + h.rec_len) as u16);
+            let plen = usize::from(de::rec_len_at(buf, p));
+            de::set_rec_len_at(buf, p, (plen + h.rec_len) as u16);
             *off += h.rec_len;
             return;
         }
-        let plen = usize::from(le16(buf, p + 4));
-        put_le16(buf, p + 4, (plen + bs - *off) as u16);
+        let plen = usize::from(de::rec_len_at(buf, p));
+        de::set_rec_len_at(buf, p, (plen + bs - *off) as u16);
         *off = bs;
     } else if bs - *off >= 12 {
-        put_le32(buf, *off, 0);
-        put_le16(buf, *off + 4, (bs - *off) as u16);
-        buf[*off + 6] = 0;
-        buf[*off + 7] = 0;
+        de::set_inode_at(buf, *off, 0);
+        de::set_rec_len_at(buf, *off, (bs - *off) as u16);
+        de::set_name_len_at(buf, *off, 0);
+        de::set_file_type_at(buf, *off, 0);
     } else {
         *off = bs;
     }
@@ -253,21 +252,21 @@ fn check_dot(ctx: &mut Ctx, b: &mut Block, off: usize) {
         if h.ino != dir {
             let msg = format!("Bad inode number for '.' in directory inode {dir}.\n");
             if ctx.problems.ask(&msg, "Fix") {
-                put_le32(&mut b.buf, off, dir);
+                de::set_inode_at(&mut b.buf, off, dir);
                 b.modified = true;
             }
         }
     }
-    let rec_len = usize::from(le16(&b.buf, off + 4));
+    let rec_len = usize::from(de::rec_len_at(&b.buf, off));
     if rec_len > 24 {
         let msg = format!("Directory entry for '.' in inode {dir} is big.\n");
         if created || ctx.problems.ask(&msg, "Split") {
-            put_le16(&mut b.buf, off + 4, 12);
+            de::set_rec_len_at(&mut b.buf, off, 12);
             let next = off + 12;
-            put_le32(&mut b.buf, next, 0);
-            put_le16(&mut b.buf, next + 4, (rec_len - 12) as u16);
-            b.buf[next + 6] = 0;
-            b.buf[next + 7] = 0;
+            de::set_inode_at(&mut b.buf, next, 0);
+            de::set_rec_len_at(&mut b.buf, next, (rec_len - 12) as u16);
+            de::set_name_len_at(&mut b.buf, next, 0);
+            de::set_file_type_at(&mut b.buf, next, 0);
             b.modified = true;
         }
     }
@@ -345,7 +344,7 @@ fn check_entry(
             ctx.problems.ask(&msg, "Clear")
         };
         if fix {
-            put_le32(&mut b.buf, off, 0);
+            de::set_inode_at(&mut b.buf, off, 0);
             b.modified = true;
             if position == 1 {
                 ctx.info[dir as usize].dotdot = 0;
@@ -373,7 +372,7 @@ fn check_entry(
         if tinfo.parent != 0 {
             let msg = format!("{entry} is a link to directory inode {target} ({target}).\n");
             if ctx.problems.ask(&msg, "Clear") {
-                put_le32(&mut b.buf, off, 0);
+                de::set_inode_at(&mut b.buf, off, 0);
                 b.modified = true;
                 return;
             }
@@ -387,7 +386,7 @@ fn check_entry(
             "Duplicate entry '{shown}' found.\n\tMarking inode {dir} ({dir}) to be rebuilt.\n\n"
         );
         if ctx.problems.ask(&msg, "Clear") {
-            put_le32(&mut b.buf, off, 0);
+            de::set_inode_at(&mut b.buf, off, 0);
             b.modified = true;
             if tinfo.is_dir() && position > 1 && ctx.info[target as usize].parent == dir {
                 ctx.info[target as usize].parent = 0;
@@ -399,7 +398,7 @@ fn check_entry(
 }
 
 fn check_filetype(ctx: &mut Ctx, b: &mut Block, off: usize, entry: &str, target: u32) {
-    let have = b.buf[off + 7];
+    let have = de::file_type_at(&b.buf, off);
     let want = if ctx.sb.has_incompat(feature::INCOMPAT_FILETYPE) {
         file_type_of(ctx.info[target as usize].mode)
     } else {
@@ -416,7 +415,7 @@ fn check_filetype(ctx: &mut Ctx, b: &mut Block, off: usize, entry: &str, target:
         format!("{entry} has an incorrect filetype (was {have}, should be {want}).\n")
     };
     if ctx.problems.ask_safe(&msg, "Fix") {
-        b.buf[off + 7] = want;
+        de::set_file_type_at(&mut b.buf, off, want);
         b.modified = true;
     }
 }

@@ -6,7 +6,6 @@
 use std::collections::HashSet;
 use std::io;
 
-use crate::format::bytes::{le16, put_le32};
 use crate::format::dirent::{self as de, Insert};
 use crate::format::inode::{flags, ino::EXT2_ROOT_INO, Inode, S_IFDIR};
 use crate::format::InodeNo;
@@ -313,24 +312,23 @@ pub fn fix_dotdot(ctx: &mut Ctx, dir: u32, parent: u32) -> io::Result<()> {
     let bs = block.len();
     let mut off = 0;
     while off + 12 <= bs {
-        let rec_len = usize::from(le16(&block, off + 4));
-        let name_len = usize::from(block[off + 6]);
+        let rec_len = usize::from(de::rec_len_at(&block, off));
+        let name_len = usize::from(de::name_len_at(&block, off));
         if name_len == 2 && &block[off + 8..off + 10] == b".." {
-            let old = crate::format::bytes::le32(&block, off);
+            let old = de::inode_at(&block, off);
             if old != 0 && ctx.ino_ok(old) && ctx.info[old as usize].used {
                 let i = &mut ctx.info[old as usize];
                 i.counted = i.counted.saturating_sub(1);
                 adjust_links(ctx, old, -1);
             }
-            put_le32(&mut block, off, parent);
-            block[off + 7] = if ctx
-                .sb
-                .has_incompat(crate::format::superblock::feature::INCOMPAT_FILETYPE)
-            {
+            de::set_inode_at(&mut block, off, parent);
+            let filetype = crate::format::superblock::feature::INCOMPAT_FILETYPE;
+            let ft = if ctx.sb.has_incompat(filetype) {
                 de::EXT2_FT_DIR
             } else {
                 0
             };
+            de::set_file_type_at(&mut block, off, ft);
             ctx.write_block(first.blk, &block)?;
             ctx.info[parent as usize].counted += 1;
             adjust_links(ctx, parent, 1);

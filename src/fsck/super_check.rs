@@ -4,7 +4,7 @@
 
 use crate::device::BlockDevice;
 use crate::format::group_desc::{parse_table, GroupDesc};
-use crate::format::superblock::{Superblock, SUPERBLOCK_SIZE};
+use crate::format::superblock::{raw as sbm_raw, Superblock, SUPERBLOCK_SIZE};
 use crate::format::GroupNo;
 
 use super::context::{Ctx, Table};
@@ -67,8 +67,8 @@ fn backup_candidates(dev: &dyn BlockDevice) -> Vec<(u64, u64)> {
     let mut out = Vec::new();
     let mut raw = vec![0u8; SUPERBLOCK_SIZE];
     if dev.read_at(&mut raw, 1024).is_ok() {
-        let log = crate::format::bytes::le32(&raw, 24);
-        let bpg = u64::from(crate::format::bytes::le32(&raw, 32));
+        let log = sbm_raw::s_log_block_size(&raw);
+        let bpg = u64::from(sbm_raw::s_blocks_per_group(&raw));
         if log <= 2 && bpg > 0 {
             let bs = 1024u64 << log;
             if bpg <= 8 * bs {

@@ -5,8 +5,8 @@
 
 use std::io;
 
-use crate::format::bytes::{le32, put_le32};
-use crate::format::indirect::{EXT3_IND_BLOCK, EXT3_NDIR_BLOCKS};
+use crate::format::indirect::{self, EXT3_IND_BLOCK, EXT3_NDIR_BLOCKS};
+use crate::format::BlockNo;
 
 use super::context::Ctx;
 
@@ -92,7 +92,9 @@ fn tree<'a>(
     let span = (per as u64).pow(u32::from(level) - 1);
     let mut modified = false;
     for j in 0..per {
-        let mut child = le32(&buf, 4 * j);
+        let mut child = indirect::get_ptr(&buf, j as u32)
+            .map_err(io::Error::other)?
+            .0;
         if child == 0 {
             continue;
         }
@@ -104,7 +106,7 @@ fn tree<'a>(
             tree(ctx, &mut child, level - 1, lblk, prune, visit)?
         };
         if child_changed {
-            put_le32(&mut buf, 4 * j, child);
+            indirect::set_ptr(&mut buf, j as u32, BlockNo(child)).map_err(io::Error::other)?;
             modified = true;
         }
     }

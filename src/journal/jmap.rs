@@ -113,7 +113,7 @@ fn read_group_desc(
     sb: &Superblock,
     g: GroupNo,
 ) -> Result<GroupDesc, RecoveryError> {
-    let (block, off) = crate::fs::mount::group_desc_location(sb, g);
+    let (block, off) = sb.group_desc_location(g);
     let at = Location::GroupDesc(g);
     if block.0 >= sb.s_blocks_count {
         return Err(corrupt(
