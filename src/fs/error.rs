@@ -338,7 +338,6 @@ impl super::Filesystem {
                 Location::Block(b) => (0, b.0 as u64),
                 _ => (0, 0),
             },
-            FsError::CorruptInode(i, _) => (i.0, 0),
             _ => return,
         };
         self.errors.report(ErrorRecord {

@@ -23,7 +23,7 @@ pub mod xattr;
 
 use std::io;
 
-use crate::format::{Corruption, FormatError, InodeNo, Location};
+use crate::format::{Corruption, FormatError, Location};
 
 pub use mount::{Filesystem, MountConfig};
 
@@ -69,11 +69,6 @@ pub enum FsError {
     NotSupported,
     #[error("{0}")]
     Corrupt(#[from] Corruption),
-    /// No longer made: corruption is [`FsError::Corrupt`], which names
-    /// the inode or block. Kept only while the FUSE adapter still matches
-    /// it; remove it with that arm.
-    #[error("inode {0} is corrupt: {1}")]
-    CorruptInode(InodeNo, String),
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
 }
@@ -111,7 +106,7 @@ impl FsError {
             FsError::NoData => libc::ENODATA,
             FsError::Range => libc::ERANGE,
             FsError::NotSupported => libc::EOPNOTSUPP,
-            FsError::Corrupt(_) | FsError::CorruptInode(..) => libc::EIO,
+            FsError::Corrupt(_) => libc::EIO,
             FsError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }
     }
@@ -123,7 +118,7 @@ mod tests {
 
     #[test]
     fn corruption_names_the_inode_field_and_value() {
-        let at = Location::Inode(InodeNo(12));
+        let at = Location::Inode(crate::format::InodeNo(12));
         let e = FsError::corrupt(at, "directory", "logical block", 3u32, "a hole");
         assert_eq!(
             e.to_string(),

@@ -65,7 +65,7 @@ pub const MAX_WRITE: u32 = 1 << 20;
 
 /// The errno for an error: the one place where errors become numbers.
 pub fn errno(e: &FsError) -> Errno {
-    if let FsError::Corrupt(_) | FsError::CorruptInode(..) | FsError::Io(_) = e {
+    if let FsError::Corrupt(_) | FsError::Io(_) = e {
         tracing::error!("{e}");
     }
     Errno::from_i32(e.errno())
