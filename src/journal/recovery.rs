@@ -108,7 +108,7 @@ pub fn recover(
     let home = Home::new(dev, &sb, &map, opts.write);
     log.replay(end, &revokes, &home, &mut report)?;
     if opts.write {
-        finish(dev, &map, jsb, sb, end)?;
+        finish(dev, &map, jsb, end)?;
     }
     Ok(report)
 }
@@ -527,7 +527,6 @@ fn finish(
     dev: &dyn BlockDevice,
     map: &JournalMap,
     mut jsb: JournalSuperblock,
-    sb: Superblock,
     end: u32,
 ) -> Result<(), RecoveryError> {
     dev.flush()?;
@@ -538,7 +537,10 @@ fn finish(
     jsb.s_sequence = end.wrapping_add(1);
     write_journal_superblock(dev, map, &jsb)?;
     dev.flush()?;
-    clear_recover_flag(dev, sb)?;
+    // The superblock as replay left it: the one read before replay would
+    // put back what the log changed (s_last_orphan, free counts), as the
+    // kernel avoids by keeping the replayed copy.
+    clear_recover_flag(dev, read_fs_superblock(dev)?)?;
     dev.flush()?;
     Ok(())
 }
