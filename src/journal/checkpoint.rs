@@ -7,11 +7,40 @@
 
 use std::io;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
+use super::journal::{JState, Journal, LogArea};
 use super::parallel::{write_runs, Run};
-use super::transaction::{Checkpointed, Journal, LogArea};
-use crate::cache::BufferReadGuard;
-use crate::format::jbd::{self, JournalSuperblock};
+use crate::cache::{Buffer, BufferReadGuard};
+
+/// A committed buffer not yet written home, and the copy that committed if
+/// a later transaction has joined the buffer (else the buffer's own bytes
+/// are the committed ones).
+/// An entry of `JState::checkpoint`: under `Journal::state` like the map.
+pub(super) struct Checkpointed {
+    /// [immutable]
+    pub buf: Arc<Buffer>,
+    /// [state]
+    pub copy: Option<Box<[u8]>>,
+}
+
+impl JState {
+    /// Files a committed buffer for checkpoint, returning the entry it
+    /// replaces; keeps `kept_copies` in step.
+    pub fn file_checkpoint(&mut self, block: u32, c: Checkpointed) -> Option<Checkpointed> {
+        self.kept_copies += usize::from(c.copy.is_some());
+        let old = self.checkpoint.insert(block, c);
+        self.kept_copies -= old.as_ref().map_or(0, |o| usize::from(o.copy.is_some()));
+        old
+    }
+
+    /// Takes `block` off the checkpoint list.
+    pub fn unfile_checkpoint(&mut self, block: u32) -> Option<Checkpointed> {
+        let old = self.checkpoint.remove(&block);
+        self.kept_copies -= old.as_ref().map_or(0, |o| usize::from(o.copy.is_some()));
+        old
+    }
+}
 
 impl Journal {
     /// Makes sure `need` log blocks are free after the head, checkpointing
@@ -122,24 +151,13 @@ impl Journal {
         }
     }
 
-    /// Rewrites the journal superblock with the log's start and sequence
-    /// (`start == 0`: the log is empty).
-    pub(super) fn write_journal_superblock(
-        &self,
-        log: &LogArea,
-        start: u32,
-        sequence: u32,
-    ) -> io::Result<()> {
-        let bs = log.block_size;
-        let at = log.map[0] as u64 * bs as u64;
-        let mut buf = vec![0u8; jbd::JOURNAL_SUPERBLOCK_LEN];
-        self.dev.read_at(&mut buf, at)?;
-        let mut jsb = JournalSuperblock::parse(&buf)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        jsb.s_start = start;
-        jsb.s_sequence = sequence;
-        jsb.s_feature_incompat |= jbd::JBD2_FEATURE_INCOMPAT_REVOKE;
-        self.dev.write_at(&jsb.to_bytes(), at)
+    /// Lets go of a buffer that left the checkpoint list: its pin, and its
+    /// copy back to the cache's pool.
+    pub(super) fn release_checkpointed(&self, c: Checkpointed) {
+        self.cache.unpin(&c.buf);
+        if let Some(copy) = c.copy {
+            self.cache.recycle(copy);
+        }
     }
 }
 

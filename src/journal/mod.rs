@@ -3,31 +3,51 @@
 //! `journal_dirty_metadata`, `journal_stop`), and is logged in the ext3
 //! journal (inode 8) in JBD format before it reaches its home block.
 //!
-//! One file per phase, as in fs/jbd2: `transaction.rs` (handles and the
-//! running transaction), `commit.rs`, `checkpoint.rs`, `recovery.rs` with
-//! `revoke.rs` and `jmap.rs` (replay at mount), `batch.rs` (bdelay),
-//! `stats.rs`, `parallel.rs` (large log and home writes on two threads),
-//! and `enable` here, which starts logging at mount.
+//! One file per phase, as in fs/jbd2: `journal.rs` (the [`Journal`] itself:
+//! enabling the log, the commit thread, waiting for commits, abort,
+//! unmount), `transaction.rs` (the running transaction and its handles),
+//! `commit.rs`, `checkpoint.rs`, `revoke.rs` (recording frees, writing
+//! revoke blocks, and recovery's revoke table), `recovery.rs` with
+//! `jmap.rs` (replay at mount), `batch.rs` (bdelay), `stats.rs`, and
+//! `parallel.rs` (large log and home writes on two threads).
+//!
+//! # Lock order
+//!
+//! The journal's place among the filesystem's locks is rule 3 of the
+//! crate's lock order (src/lib.rs): after inode locks, before the
+//! superblock, group and buffer cache locks. Inside the journal:
+//! 1. `Journal::commit_lock`: one committer or checkpointer at a time,
+//!    held across log and home I/O. Under it the committer takes `state`
+//!    (briefly, again and again), buffer guards, the data queue (the flush
+//!    hook) and the device. Under `state` it is only ever try-locked (a
+//!    sync waiter committing on its own thread), never waited for.
+//! 2. `Journal::state` (jbd2's j_state_lock): held briefly, never across
+//!    I/O; `wake`, `drained` and `commit_wake` wait on it. Under it only
+//!    buffer cache locks are taken: read guards of committed buffers
+//!    (commit's frozen copies, checkpoint) and a shard lock to unpin.
+//! 3. `Journal::pending_free`: a leaf, never held with `state`.
+//!
+//! Fields marked [atomic] or set once (`OnceLock`) need no lock; each field
+//! of [`Journal`] and of the structures under `state` says which applies.
 
 pub mod batch;
 pub mod checkpoint;
 pub mod commit;
+// Named as jbd2 names the file; the module is the journal object itself.
 pub mod jmap;
+#[allow(clippy::module_inception)]
+mod journal;
 mod parallel;
 pub mod recovery;
 pub mod revoke;
 pub mod stats;
 pub mod transaction;
 
-use std::io;
-use std::sync::Arc;
 use std::time::Duration;
 
 pub use batch::{set_caller, Batching};
-pub use transaction::{CommitCallback, Handle, Journal};
-
-use crate::format::jbd::JournalSuperblock;
-use transaction::LogArea;
+pub use journal::{CommitCallback, Journal};
+pub use transaction::Handle;
 
 /// File data the commit must account for before it flushes the device ahead
 /// of a commit block: in data=ordered it writes the data out first (jbd's
@@ -51,67 +71,5 @@ impl Default for JournalConfig {
             commit_interval: Duration::from_secs(5),
             batching: Batching::default(),
         }
-    }
-}
-
-impl Journal {
-    /// Starts logging into the journal whose blocks are `map` (disk block of
-    /// each journal block) and whose superblock is `jsb`; the log must be
-    /// empty (recovered).
-    pub fn enable(
-        self: &Arc<Self>,
-        map: Vec<u32>,
-        jsb: &JournalSuperblock,
-        cfg: JournalConfig,
-    ) -> io::Result<()> {
-        if jsb.s_start != 0 {
-            return Err(io::Error::other("the journal needs recovery"));
-        }
-        if (jsb.s_maxlen as usize) > map.len() || jsb.s_first == 0 || jsb.s_first >= jsb.s_maxlen {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "journal superblock does not fit its inode",
-            ));
-        }
-        let log = LogArea {
-            map,
-            first: jsb.s_first,
-            maxlen: jsb.s_maxlen,
-            uuid: jsb.s_uuid,
-            block_size: jsb.s_blocksize as usize,
-            barrier: cfg.barrier,
-            commit_interval: cfg.commit_interval,
-        };
-        {
-            let mut st = self.state.lock();
-            st.head = log.first;
-            st.log_empty = true;
-            st.running = transaction::Transaction::new(jsb.s_sequence.max(1));
-            st.committed = jsb.s_sequence.saturating_sub(1);
-        }
-        let interval = log.commit_interval;
-        let _ = self.batching.set(cfg.batching);
-        self.log
-            .set(log)
-            .map_err(|_| io::Error::other("journal already enabled"))?;
-        Journal::spawn_commit_thread(self, interval)
-    }
-
-    /// Registers the file data writer (once, at mount).
-    pub fn set_commit_flush_hook(&self, hook: Arc<dyn CommitFlushHook>) {
-        let _ = self.flush_hook.set(hook);
-    }
-
-    /// Commits, checkpoints and stops the commit thread: the log is empty
-    /// afterwards (`s_start == 0`).
-    pub fn shutdown(&self) -> io::Result<()> {
-        if !self.logging() {
-            return self.cache.sync_all();
-        }
-        self.commit_running()?;
-        self.checkpoint_all()?;
-        self.state.lock().shutdown = true;
-        self.commit_wake.notify_all();
-        Ok(())
     }
 }

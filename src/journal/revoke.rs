@@ -1,13 +1,85 @@
-//! The revoke table built by recovery's PASS_REVOKE (Linux:
-//! fs/jbd2/revoke.c, the recovery half): which home blocks must not be
-//! replayed from which transactions.
+//! Revoke (Linux: fs/jbd2/revoke.c), both halves of it.
 //!
 //! A revoke record for block B in transaction T means that B was freed (and
 //! may have been reused for data that is not journaled) in T, so no copy of B
 //! logged in T or any earlier transaction may be written back. Copies logged
 //! in transactions after T are newer than the revoke and do replay.
+//!
+//! - While the filesystem runs, [`Journal::revoke`] records a freed block in
+//!   the running transaction, and the block may not be allocated again
+//!   until that transaction commits ([`Journal::is_pending_free`]); commit
+//!   writes the transaction's revokes to the log as revoke blocks
+//!   ([`revoke_records`]).
+//! - At mount, recovery's PASS_REVOKE fills a [`RevokeTable`] from those
+//!   blocks: which home blocks must not be replayed from which
+//!   transactions.
 
 use std::collections::HashMap;
+use std::io;
+
+use super::commit::to_io;
+use super::journal::Journal;
+use crate::format::jbd;
+
+impl Journal {
+    /// Records that `block` was freed: its logged copies must never be
+    /// replayed or checkpointed over its next owner.
+    pub fn revoke(&self, block: u32) {
+        if !self.logging() {
+            return;
+        }
+        let mut st = self.state.lock();
+        // Only a block with a copy in the log (or on its way there) needs a
+        // revoke record; a data block that never was logged needs none, as
+        // in ext3, and a big truncate then costs no log space for its data.
+        let logged = st.running.members.contains(&block)
+            || st.committing.contains(&block)
+            || st.checkpoint.contains_key(&block);
+        if st.running.members.remove(&block) {
+            if let Some(i) = st.running.buffers.iter().position(|b| b.block().0 == block) {
+                let b = st.running.buffers.swap_remove(i);
+                self.cache.unpin(&b);
+            }
+        }
+        // A committed copy waiting for checkpoint (or one committing now)
+        // stays until this transaction commits, as jbd's forget list keeps
+        // it: until then a crash recovers the state before the free, which
+        // needs that copy home if checkpoint empties the log meanwhile.
+        // finish_commit drops it, before the block can be allocated again.
+        if logged {
+            st.running.revokes.push(block);
+        }
+        st.running.freed.push(block);
+        drop(st);
+        self.pending_free.lock().insert(block);
+    }
+
+    /// Whether `block` was freed by a transaction that has not committed,
+    /// and so must not be allocated yet.
+    pub fn is_pending_free(&self, block: u32) -> bool {
+        self.logging() && self.pending_free.lock().contains(&block)
+    }
+
+    /// `freed`, a committed transaction's frees, may be allocated again.
+    pub(super) fn release_freed(&self, freed: &[u32]) {
+        let mut pending = self.pending_free.lock();
+        for b in freed {
+            pending.remove(b);
+        }
+    }
+}
+
+/// The revoke blocks that log `revokes` for transaction `tid`, as many as
+/// they fill (jbd's journal_write_revoke_records).
+pub(super) fn revoke_records(bs: usize, tid: u32, mut revokes: &[u32]) -> io::Result<Vec<Vec<u8>>> {
+    let mut blocks = Vec::new();
+    while !revokes.is_empty() {
+        let (b, n) = jbd::build_revoke(bs, tid, revokes).map_err(to_io)?;
+        blocks.push(b);
+        revokes = &revokes[n.max(1).min(revokes.len())..];
+    }
+    Ok(blocks)
+}
 
 /// `tid_gt`: transaction IDs wrap around, so they are compared by the
 /// sign of their difference, as the kernel does.
