@@ -17,6 +17,7 @@ use jbdfs::format::jbd::{self, CommitBlock, JournalSuperblock, LoggedBlock};
 use jbdfs::format::superblock::{feature, Superblock};
 use jbdfs::journal::jmap::JournalMap;
 use jbdfs::journal::recovery::{recover, RecoverOptions, RecoveryError, RecoveryReport};
+use jbdfs::journal::Tid;
 use jbdfs::mkfs::{format, plan, MkfsOptions, Zeroed};
 use jbdfs::util::Progress;
 
@@ -599,7 +600,10 @@ fn committed_transaction_is_replayed() {
     let r = recover(&dev, WRITE).unwrap();
     assert_eq!(dry, r);
     assert!(r.needed && r.recover_flag);
-    assert_eq!((r.transactions, r.first_seq, r.last_seq), (1, 10, 10));
+    assert_eq!(
+        (r.transactions, r.first_seq, r.last_seq),
+        (1, Tid(10), Tid(10))
+    );
     assert_eq!(r.blocks_replayed, 2);
     assert_eq!(read_block(&dev, home(0)), pattern(1));
     assert_eq!(read_block(&dev, home(1)), pattern(2));
@@ -618,7 +622,10 @@ fn uncommitted_transaction_is_not_replayed() {
         ..Default::default()
     });
     let r = recover(&dev, WRITE).unwrap();
-    assert_eq!((r.transactions, r.last_seq, r.blocks_replayed), (1, 1, 1));
+    assert_eq!(
+        (r.transactions, r.last_seq, r.blocks_replayed),
+        (1, Tid(1), 1)
+    );
     assert_eq!(read_block(&dev, home(0)), pattern(1));
     assert_eq!(read_block(&dev, home(1)), vec![0; BS as usize]);
     assert_reset(&dev, 3);
@@ -634,7 +641,10 @@ fn only_uncommitted_transaction_replays_nothing_but_resets() {
     });
     let r = recover(&dev, WRITE).unwrap();
     assert!(r.needed);
-    assert_eq!((r.transactions, r.blocks_replayed, r.last_seq), (0, 0, 4));
+    assert_eq!(
+        (r.transactions, r.blocks_replayed, r.last_seq),
+        (0, 0, Tid(4))
+    );
     assert_eq!(read_block(&dev, home(0)), vec![0; BS as usize]);
     assert_reset(&dev, 6);
 }
@@ -720,7 +730,7 @@ fn sequence_numbers_wrap_around() {
     log.tx(Tx::committed(vec![(home(0), pattern(1))], vec![]));
     log.tx(Tx::committed(vec![(home(1), pattern(2))], vec![home(0)]));
     let r = recover(&dev, WRITE).unwrap();
-    assert_eq!((r.transactions, r.last_seq), (2, 0));
+    assert_eq!((r.transactions, r.last_seq), (2, Tid(0)));
     assert_eq!(read_block(&dev, home(0)), vec![0; BS as usize]);
     assert_eq!(read_block(&dev, home(1)), pattern(2));
     assert_reset(&dev, 2);

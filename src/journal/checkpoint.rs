@@ -202,7 +202,7 @@ impl Journal {
     /// checkpoint after it, without waiting for either.
     fn request_room(&self, checkpoint: bool) {
         let mut st = self.state.lock();
-        st.commit_request = st.commit_request.max(st.running.tid);
+        st.commit_request = st.commit_request.later(st.running.tid);
         st.checkpoint_request |= checkpoint;
         drop(st);
         self.commit_wake.notify_one();

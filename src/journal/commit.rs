@@ -18,11 +18,12 @@ use super::journal::{Journal, LogArea};
 use super::parallel::{write_runs, Run};
 use super::revoke::revoke_records;
 use super::transaction::Transaction;
+use super::Tid;
 use crate::format::jbd::{self, CommitBlock, LoggedBlock};
 
 /// A drained transaction and its frozen copies.
 struct Frozen {
-    tid: u32,
+    tid: Tid,
     /// How long the transaction ran before commit locked it.
     ran: Duration,
     copies: Vec<(u32, Box<[u8]>)>,
@@ -73,14 +74,14 @@ impl Journal {
         let mut st = self.state.lock();
         if st.running.is_empty() {
             let tid = st.running.tid;
-            st.committed = st.committed.max(tid.saturating_sub(1));
+            st.set_committed(tid.prev());
             return None;
         }
         st.locked = true;
         while st.running.updates > 0 {
             self.drained.wait(&mut st);
         }
-        let next = Transaction::new(st.running.tid + 1);
+        let next = Transaction::new(st.running.tid.next());
         let t = std::mem::replace(&mut st.running, next);
         let ran = t.started.elapsed();
         let copies: Vec<(u32, Box<[u8]>)> = t
@@ -121,7 +122,7 @@ impl Journal {
                     escaped: jbd::needs_escape(data),
                 })
                 .collect();
-            let (desc, n) = jbd::build_descriptor(bs, f.tid, &log.uuid, &tags).map_err(to_io)?;
+            let (desc, n) = jbd::build_descriptor(bs, f.tid.0, &log.uuid, &tags).map_err(to_io)?;
             let n = n.max(1).min(rest.len());
             blocks.push(Cow::Owned(desc));
             blocks.extend(rest[..n].iter().map(|(_, data)| escaped(data)));
@@ -138,7 +139,7 @@ impl Journal {
         }
         self.barrier(log)?;
         let (sec, nsec) = crate::util::now();
-        let commit = CommitBlock::new(f.tid, sec as u64, nsec)
+        let commit = CommitBlock::new(f.tid.0, sec as u64, nsec)
             .build(bs)
             .map_err(to_io)?;
         let at = start + blocks.len() as u32;
@@ -208,7 +209,7 @@ impl Journal {
                 .filter_map(|b| st.unfile_checkpoint(*b))
                 .collect();
         st.committing.clear();
-        st.committed = st.committed.max(f.tid);
+        st.set_committed(f.tid);
         drop(st);
         for copy in unneeded {
             self.cache.recycle(copy);

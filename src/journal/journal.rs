@@ -18,7 +18,7 @@ use parking_lot::{Condvar, Mutex};
 use super::batch::Batching;
 use super::checkpoint::Checkpointed;
 use super::transaction::Transaction;
-use super::{CommitFlushHook, JournalConfig};
+use super::{CommitFlushHook, JournalConfig, Tid};
 use crate::cache::BufferCache;
 use crate::device::BlockDevice;
 use crate::format::jbd::{self, JournalSuperblock};
@@ -48,11 +48,11 @@ pub(super) struct JState {
     /// Blocks of the committing transaction. [state; committer changes]
     pub committing: HashSet<u32>,
     /// The newest transaction someone wants committed now. [state]
-    pub commit_request: u32,
+    pub commit_request: Tid,
     /// A data=journal writer wants the commit thread to checkpoint. [state]
     pub checkpoint_request: bool,
     /// The newest committed transaction. [state; committer changes]
-    pub committed: u32,
+    pub committed: Tid,
     /// The next free journal block, and whether the log holds nothing.
     /// [state; committer changes, or enable before the commit thread]
     pub head: u32,
@@ -70,7 +70,22 @@ pub(super) struct JState {
     /// Callers waiting for a transaction to commit without a thread of
     /// their own ([`Journal::force_commit_then`]), by transaction id.
     /// [state; run outside it]
-    pub commit_callbacks: Vec<(u32, CommitCallback)>,
+    pub commit_callbacks: Vec<(Tid, CommitCallback)>,
+}
+
+impl JState {
+    /// Someone wants a transaction committed that has not been yet.
+    pub fn commit_requested(&self) -> bool {
+        self.commit_request.gt(self.committed)
+    }
+
+    /// Transaction `tid` has committed (or had nothing to commit). The
+    /// request moves up with it: a request left 2^31 ids behind would read
+    /// as newer, tids comparing by wrapping difference.
+    pub fn set_committed(&mut self, tid: Tid) {
+        self.committed = self.committed.later(tid);
+        self.commit_request = self.commit_request.later(self.committed);
+    }
 }
 
 /// What to run once a transaction has committed (or cannot): an fsync's
@@ -148,12 +163,12 @@ impl Journal {
             cache,
             log: OnceLock::new(),
             state: Mutex::new(JState {
-                running: Transaction::new(1),
+                running: Transaction::new(Tid(1)),
                 locked: false,
                 committing: HashSet::new(),
-                commit_request: 0,
+                commit_request: Tid(0),
                 checkpoint_request: false,
-                committed: 0,
+                committed: Tid(0),
                 head: 0,
                 log_empty: true,
                 checkpoint: HashMap::new(),
@@ -209,8 +224,11 @@ impl Journal {
             let mut st = self.state.lock();
             st.head = log.first;
             st.log_empty = true;
-            st.running = Transaction::new(jsb.s_sequence.max(1));
-            st.committed = jsb.s_sequence.saturating_sub(1);
+            st.running = Transaction::new(Tid(jsb.s_sequence.max(1)));
+            st.committed = Tid(jsb.s_sequence.saturating_sub(1));
+            // As jbd2's journal_reset: nothing requested. Tids compare by
+            // wrapping difference, so a request of 0 could read as newer.
+            st.commit_request = st.committed;
         }
         let interval = log.commit_interval;
         let _ = self.batching.set(cfg.batching);
@@ -283,7 +301,7 @@ impl Journal {
         &self,
         log: &LogArea,
         start: u32,
-        sequence: u32,
+        sequence: Tid,
     ) -> io::Result<()> {
         let bs = log.block_size;
         let at = log.map[0] as u64 * bs as u64;
@@ -292,7 +310,7 @@ impl Journal {
         let mut jsb = JournalSuperblock::parse(&buf)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
         jsb.s_start = start;
-        jsb.s_sequence = sequence;
+        jsb.s_sequence = sequence.0;
         jsb.s_feature_incompat |= jbd::JBD2_FEATURE_INCOMPAT_REVOKE;
         self.dev.write_at(&jsb.to_bytes(), at)
     }
@@ -339,11 +357,11 @@ impl Journal {
 
     /// How waiting for transaction `tid` ends, if it has ended: committed,
     /// or never will be (journal aborted).
-    fn commit_outcome(&self, st: &JState, tid: u32) -> Option<io::Result<()>> {
+    fn commit_outcome(&self, st: &JState, tid: Tid) -> Option<io::Result<()>> {
         if let Some(e) = &st.error {
             return Some(Err(io::Error::other(format!("journal aborted: {e}"))));
         }
-        if st.committed >= tid {
+        if st.committed.geq(tid) {
             return Some(Ok(()));
         }
         self.is_aborted()
@@ -351,7 +369,7 @@ impl Journal {
     }
 
     /// Runs `done` once transaction `tid` has committed: now, if it has.
-    pub(super) fn when_committed(&self, tid: u32, done: CommitCallback) {
+    pub(super) fn when_committed(&self, tid: Tid, done: CommitCallback) {
         let mut st = self.state.lock();
         match self.commit_outcome(&st, tid) {
             Some(res) => {
@@ -387,9 +405,9 @@ impl Journal {
     }
 
     /// Waits until transaction `tid` has committed.
-    pub(super) fn wait_for_commit(&self, tid: u32) -> io::Result<()> {
+    pub(super) fn wait_for_commit(&self, tid: Tid) -> io::Result<()> {
         let mut st = self.state.lock();
-        while st.committed < tid && st.error.is_none() && !self.is_aborted() {
+        while !st.committed.geq(tid) && st.error.is_none() && !self.is_aborted() {
             // No commit under way (or the commit thread has exited at
             // unmount): commit here. Any error shows in `st.error`.
             if let Some(one) = self.commit_lock.try_lock() {
@@ -427,7 +445,7 @@ impl Journal {
             let Some(j) = journal.upgrade() else { return };
             let (due, checkpoint) = {
                 let mut st = j.state.lock();
-                let idle = st.commit_request <= st.committed && !st.checkpoint_request;
+                let idle = !st.commit_requested() && !st.checkpoint_request;
                 if idle && !st.shutdown {
                     j.commit_wake
                         .wait_for(&mut st, interval.min(Duration::from_millis(500)));
@@ -435,7 +453,7 @@ impl Journal {
                 if st.shutdown {
                     return;
                 }
-                let requested = st.commit_request > st.committed;
+                let requested = st.commit_requested();
                 let old = st.running.started.elapsed() >= interval && !st.running.is_empty();
                 (requested || old, std::mem::take(&mut st.checkpoint_request))
             };
@@ -456,7 +474,7 @@ impl Journal {
         let one = self.commit_lock.lock();
         let due = {
             let st = self.state.lock();
-            st.commit_request > st.committed
+            st.commit_requested()
                 || (st.running.started.elapsed() >= interval && !st.running.is_empty())
         };
         if due {

@@ -43,6 +43,7 @@ pub mod revoke;
 pub mod stats;
 pub mod transaction;
 
+use std::fmt;
 use std::time::Duration;
 
 pub use batch::{set_caller, Batching};
@@ -71,5 +72,65 @@ impl Default for JournalConfig {
             commit_interval: Duration::from_secs(5),
             batching: Batching::default(),
         }
+    }
+}
+
+/// A transaction id (jbd2's tid_t). Ids wrap around at 2^32, so two are
+/// compared by the sign of their difference, as jbd2's tid_gt and tid_geq
+/// do; there is deliberately no `Ord`, which would order them wrongly
+/// across the wrap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Tid(pub u32);
+
+impl Tid {
+    /// tid_gt: `self` comes after `other`.
+    pub fn gt(self, other: Tid) -> bool {
+        (self.0.wrapping_sub(other.0) as i32) > 0
+    }
+
+    /// tid_geq: `self` is `other` or comes after it.
+    pub fn geq(self, other: Tid) -> bool {
+        (self.0.wrapping_sub(other.0) as i32) >= 0
+    }
+
+    /// The later of the two.
+    pub fn later(self, other: Tid) -> Tid {
+        if other.gt(self) {
+            other
+        } else {
+            self
+        }
+    }
+
+    /// The transaction after this one.
+    pub fn next(self) -> Tid {
+        Tid(self.0.wrapping_add(1))
+    }
+
+    /// The transaction before this one.
+    pub fn prev(self) -> Tid {
+        Tid(self.0.wrapping_sub(1))
+    }
+}
+
+impl fmt::Display for Tid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tid;
+
+    #[test]
+    fn tids_compare_across_wraparound() {
+        assert!(Tid(0).gt(Tid(u32::MAX)));
+        assert!(Tid(5).geq(Tid(5)));
+        assert!(!Tid(5).gt(Tid(5)));
+        assert!(!Tid(u32::MAX).geq(Tid(1)));
+        assert_eq!(Tid(u32::MAX).later(Tid(2)), Tid(2));
+        assert_eq!(Tid(u32::MAX).next(), Tid(0));
+        assert_eq!(Tid(0).prev(), Tid(u32::MAX));
     }
 }

@@ -22,7 +22,8 @@ use crate::format::superblock::{self as sbm, feature, Superblock};
 use crate::format::{Corruption, FormatError, Location};
 
 use super::jmap::JournalMap;
-use super::revoke::{tid_geq, RevokeTable};
+use super::revoke::RevokeTable;
+use super::Tid;
 
 /// Why recovery could not run.
 #[derive(Debug, thiserror::Error)]
@@ -51,9 +52,9 @@ pub struct RecoveryReport {
     /// Complete transactions replayed.
     pub transactions: u32,
     /// The journal superblock's `s_sequence`: the first transaction looked for.
-    pub first_seq: u32,
+    pub first_seq: Tid,
     /// The last complete transaction; `first_seq - 1` (wrapping) when none.
-    pub last_seq: u32,
+    pub last_seq: Tid,
     /// Logged blocks written home.
     pub blocks_replayed: u64,
     /// Logged blocks skipped because a later (or the same) transaction
@@ -86,8 +87,8 @@ pub fn recover(
     let map = JournalMap::load(dev, &sb)?;
     let jsb = read_journal_superblock(dev, &map, &sb)?;
     let mut report = RecoveryReport {
-        first_seq: jsb.s_sequence,
-        last_seq: jsb.s_sequence.wrapping_sub(1),
+        first_seq: Tid(jsb.s_sequence),
+        last_seq: Tid(jsb.s_sequence).prev(),
         recover_flag: sb.has_incompat(feature::INCOMPAT_RECOVER),
         journal_errno: jsb.s_errno,
         ..Default::default()
@@ -102,8 +103,8 @@ pub fn recover(
     report.needed = true;
     let log = Log::new(dev, &map, &jsb);
     let end = log.scan()?;
-    report.transactions = end.wrapping_sub(jsb.s_sequence);
-    report.last_seq = end.wrapping_sub(1);
+    report.transactions = end.0.wrapping_sub(jsb.s_sequence);
+    report.last_seq = end.prev();
     let revokes = log.collect_revokes(end, &mut report)?;
     let home = Home::new(dev, &sb, &map, opts.write);
     log.replay(end, &revokes, &home, &mut report)?;
@@ -247,13 +248,13 @@ fn read_journal_block(
 enum Record {
     /// Tags for the data blocks that follow, starting at journal block `data`.
     Descriptor {
-        seq: u32,
+        seq: Tid,
         tags: Vec<JournalTag>,
         data: u32,
     },
     Commit,
     Revoke {
-        seq: u32,
+        seq: Tid,
         at: u32,
         block: Vec<u8>,
     },
@@ -263,7 +264,7 @@ enum Record {
 /// how many log blocks have been consumed (so a corrupt log cannot loop).
 struct Cursor {
     pos: u32,
-    seq: u32,
+    seq: Tid,
     used: u32,
 }
 
@@ -275,7 +276,7 @@ struct Log<'a> {
     first: u32,
     maxlen: u32,
     start: u32,
-    sequence: u32,
+    sequence: Tid,
 }
 
 impl<'a> Log<'a> {
@@ -287,7 +288,7 @@ impl<'a> Log<'a> {
             first: jsb.s_first,
             maxlen: jsb.s_maxlen,
             start: jsb.s_start,
-            sequence: jsb.s_sequence,
+            sequence: Tid(jsb.s_sequence),
         }
     }
 
@@ -326,7 +327,7 @@ impl<'a> Log<'a> {
         let Ok(h) = JournalHeader::parse(&block) else {
             return Ok(None);
         };
-        if h.h_sequence != c.seq {
+        if Tid(h.h_sequence) != c.seq {
             return Ok(None);
         }
         let (record, blocks) = match h.h_blocktype {
@@ -335,7 +336,7 @@ impl<'a> Log<'a> {
                 None => return Ok(None),
             },
             jbd::JBD2_COMMIT_BLOCK if CommitBlock::parse(&block).is_ok() => {
-                c.seq = c.seq.wrapping_add(1);
+                c.seq = c.seq.next();
                 (Record::Commit, 1)
             }
             jbd::JBD2_REVOKE_BLOCK => {
@@ -373,7 +374,7 @@ impl<'a> Log<'a> {
     }
 
     /// PASS_SCAN: the sequence after the last complete transaction.
-    fn scan(&self) -> Result<u32, RecoveryError> {
+    fn scan(&self) -> Result<Tid, RecoveryError> {
         let mut c = self.cursor();
         while self.next(&mut c)?.is_some() {}
         Ok(c.seq)
@@ -382,11 +383,11 @@ impl<'a> Log<'a> {
     /// Visits the records of the complete transactions, before `end`.
     fn walk(
         &self,
-        end: u32,
+        end: Tid,
         mut visit: impl FnMut(Record) -> Result<(), RecoveryError>,
     ) -> Result<(), RecoveryError> {
         let mut c = self.cursor();
-        while !tid_geq(c.seq, end) {
+        while !c.seq.geq(end) {
             match self.next(&mut c)? {
                 Some(record) => visit(record)?,
                 None => return Err(log_changed(c.pos)),
@@ -398,7 +399,7 @@ impl<'a> Log<'a> {
     /// PASS_REVOKE.
     fn collect_revokes(
         &self,
-        end: u32,
+        end: Tid,
         report: &mut RecoveryReport,
     ) -> Result<RevokeTable, RecoveryError> {
         let mut table = RevokeTable::new();
@@ -419,7 +420,7 @@ impl<'a> Log<'a> {
     /// PASS_REPLAY.
     fn replay(
         &self,
-        end: u32,
+        end: Tid,
         revokes: &RevokeTable,
         home: &Home,
         report: &mut RecoveryReport,
@@ -439,7 +440,7 @@ impl<'a> Log<'a> {
     fn replay_block(
         &self,
         tag: &JournalTag,
-        seq: u32,
+        seq: Tid,
         from: u32,
         revokes: &RevokeTable,
         home: &Home,
@@ -453,7 +454,7 @@ impl<'a> Log<'a> {
         if !home.is_valid(target) {
             tracing::warn!(
                 block = target,
-                transaction = seq,
+                transaction = seq.0,
                 journal_block = from,
                 "journal tag names a block outside the filesystem or inside the journal; skipped"
             );
@@ -528,14 +529,14 @@ fn finish(
     map: &JournalMap,
     mut jsb: JournalSuperblock,
     sb: Superblock,
-    end: u32,
+    end: Tid,
 ) -> Result<(), RecoveryError> {
     dev.flush()?;
     jsb.s_start = 0;
     // As jbd2 does, skip one sequence number past the last complete
     // transaction: blocks of the incomplete one may remain in the log and
     // must never be taken for part of the next log.
-    jsb.s_sequence = end.wrapping_add(1);
+    jsb.s_sequence = end.next().0;
     write_journal_superblock(dev, map, &jsb)?;
     dev.flush()?;
     clear_recover_flag(dev, sb)?;

@@ -19,6 +19,7 @@ use std::io;
 
 use super::commit::to_io;
 use super::journal::Journal;
+use super::Tid;
 use crate::format::jbd;
 
 impl Journal {
@@ -71,31 +72,20 @@ impl Journal {
 
 /// The revoke blocks that log `revokes` for transaction `tid`, as many as
 /// they fill (jbd's journal_write_revoke_records).
-pub(super) fn revoke_records(bs: usize, tid: u32, mut revokes: &[u32]) -> io::Result<Vec<Vec<u8>>> {
+pub(super) fn revoke_records(bs: usize, tid: Tid, mut revokes: &[u32]) -> io::Result<Vec<Vec<u8>>> {
     let mut blocks = Vec::new();
     while !revokes.is_empty() {
-        let (b, n) = jbd::build_revoke(bs, tid, revokes).map_err(to_io)?;
+        let (b, n) = jbd::build_revoke(bs, tid.0, revokes).map_err(to_io)?;
         blocks.push(b);
         revokes = &revokes[n.max(1).min(revokes.len())..];
     }
     Ok(blocks)
 }
 
-/// `tid_gt`: transaction IDs wrap around, so they are compared by the
-/// sign of their difference, as the kernel does.
-pub fn tid_gt(x: u32, y: u32) -> bool {
-    (x.wrapping_sub(y) as i32) > 0
-}
-
-/// `tid_geq`.
-pub fn tid_geq(x: u32, y: u32) -> bool {
-    (x.wrapping_sub(y) as i32) >= 0
-}
-
 /// Home block number -> the latest transaction that revoked it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RevokeTable {
-    records: HashMap<u32, u32>,
+    records: HashMap<u32, Tid>,
 }
 
 impl RevokeTable {
@@ -105,22 +95,22 @@ impl RevokeTable {
 
     /// Records that transaction `seq` revoked `block`. Only the latest
     /// revoke matters: it hides every copy an earlier one would hide.
-    pub fn set(&mut self, block: u32, seq: u32) {
+    pub fn set(&mut self, block: u32, seq: Tid) {
         let entry = self.records.entry(block).or_insert(seq);
-        if tid_gt(seq, *entry) {
+        if seq.gt(*entry) {
             *entry = seq;
         }
     }
 
     /// Whether a copy of `block` logged in transaction `seq` must be skipped.
-    pub fn is_revoked(&self, block: u32, seq: u32) -> bool {
+    pub fn is_revoked(&self, block: u32, seq: Tid) -> bool {
         self.records
             .get(&block)
-            .is_some_and(|&revoked_in| tid_geq(revoked_in, seq))
+            .is_some_and(|&revoked_in| revoked_in.geq(seq))
     }
 
     /// The revoke sequence recorded for `block`, if any.
-    pub fn get(&self, block: u32) -> Option<u32> {
+    pub fn get(&self, block: u32) -> Option<Tid> {
         self.records.get(&block).copied()
     }
 
@@ -142,42 +132,39 @@ mod tests {
     fn empty_table_revokes_nothing() {
         let t = RevokeTable::new();
         assert!(t.is_empty());
-        assert!(!t.is_revoked(5, 1));
+        assert!(!t.is_revoked(5, Tid(1)));
     }
 
     #[test]
     fn revoke_hides_its_own_and_earlier_transactions() {
         let mut t = RevokeTable::new();
-        t.set(100, 7);
-        assert!(t.is_revoked(100, 7));
-        assert!(t.is_revoked(100, 3));
-        assert!(!t.is_revoked(100, 8));
-        assert!(!t.is_revoked(101, 7));
+        t.set(100, Tid(7));
+        assert!(t.is_revoked(100, Tid(7)));
+        assert!(t.is_revoked(100, Tid(3)));
+        assert!(!t.is_revoked(100, Tid(8)));
+        assert!(!t.is_revoked(101, Tid(7)));
     }
 
     #[test]
     fn highest_sequence_wins_in_any_order() {
         let mut t = RevokeTable::new();
-        t.set(9, 10);
-        t.set(9, 4);
-        assert_eq!(t.get(9), Some(10));
-        t.set(9, 12);
-        assert_eq!(t.get(9), Some(12));
-        assert!(t.is_revoked(9, 11));
+        t.set(9, Tid(10));
+        t.set(9, Tid(4));
+        assert_eq!(t.get(9), Some(Tid(10)));
+        t.set(9, Tid(12));
+        assert_eq!(t.get(9), Some(Tid(12)));
+        assert!(t.is_revoked(9, Tid(11)));
         assert_eq!(t.len(), 1);
     }
 
     #[test]
     fn sequences_compare_across_wraparound() {
         let mut t = RevokeTable::new();
-        t.set(1, u32::MAX);
-        t.set(1, 2);
-        assert_eq!(t.get(1), Some(2));
-        assert!(t.is_revoked(1, u32::MAX - 1));
-        assert!(t.is_revoked(1, 0));
-        assert!(!t.is_revoked(1, 3));
-        assert!(tid_gt(0, u32::MAX));
-        assert!(tid_geq(5, 5));
-        assert!(!tid_gt(5, 5));
+        t.set(1, Tid(u32::MAX));
+        t.set(1, Tid(2));
+        assert_eq!(t.get(1), Some(Tid(2)));
+        assert!(t.is_revoked(1, Tid(u32::MAX - 1)));
+        assert!(t.is_revoked(1, Tid(0)));
+        assert!(!t.is_revoked(1, Tid(3)));
     }
 }

@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::journal::{CommitCallback, JState, Journal};
+use super::Tid;
 use crate::cache::Buffer;
 
 /// A transaction's buffers and bookkeeping (jbd2's transaction_t). While
@@ -27,7 +28,7 @@ use crate::cache::Buffer;
 /// committer alone.
 pub(super) struct Transaction {
     /// [immutable]
-    pub tid: u32,
+    pub tid: Tid,
     /// The buffers joined, in joining order. [state]
     pub buffers: Vec<Arc<Buffer>>,
     /// The home blocks of `buffers`. [state]
@@ -51,7 +52,7 @@ pub(super) struct Transaction {
 }
 
 impl Transaction {
-    pub fn new(tid: u32) -> Self {
+    pub fn new(tid: Tid) -> Self {
         Transaction {
             tid,
             buffers: Vec::new(),
@@ -94,7 +95,7 @@ impl Journal {
         &self,
         st: &mut parking_lot::MutexGuard<'_, JState>,
         credits: u32,
-    ) -> io::Result<u32> {
+    ) -> io::Result<Tid> {
         let max = self.max_transaction_credits();
         if credits > max {
             return Err(io::Error::new(
@@ -115,7 +116,7 @@ impl Journal {
             if !self.logging() || st.running.outstanding + credits <= max {
                 break;
             }
-            st.commit_request = st.commit_request.max(st.running.tid);
+            st.commit_request = st.commit_request.later(st.running.tid);
             self.commit_wake.notify_one();
             self.wake.wait_for(st, Duration::from_millis(50));
         }
@@ -195,7 +196,7 @@ impl Journal {
 /// One atomic filesystem operation's share of a transaction.
 pub struct Handle<'a> {
     journal: &'a Journal,
-    tid: u32,
+    tid: Tid,
     credits: u32,
     sync: bool,
     stopped: bool,
@@ -314,7 +315,7 @@ impl Handle<'_> {
     /// The shared front of `stop`: the batching wait, the release, and for
     /// a sync handle the commit request. None for a plain handle; for a
     /// sync one, the transaction to wait for (None without a log).
-    fn stop_sync_part(mut self) -> Option<Option<u32>> {
+    fn stop_sync_part(mut self) -> Option<Option<Tid>> {
         self.stopped = true;
         let j = self.journal;
         if self.sync && j.logging() {
@@ -332,11 +333,11 @@ impl Handle<'_> {
         // An empty transaction has nothing to commit: wait for the
         // one before it, which may hold this caller's changes.
         let tid = if st.running.tid == self.tid && st.running.is_empty() {
-            self.tid.saturating_sub(1)
+            self.tid.prev()
         } else {
             self.tid
         };
-        st.commit_request = st.commit_request.max(tid);
+        st.commit_request = st.commit_request.later(tid);
         Some(Some(tid))
     }
 
@@ -354,7 +355,7 @@ impl Handle<'_> {
             .get()
             .is_some_and(|l| st.running.buffers.len() as u32 > l.maxlen / 4);
         if big {
-            st.commit_request = st.commit_request.max(st.running.tid);
+            st.commit_request = st.commit_request.later(st.running.tid);
         }
         let last_out = st.locked && st.running.updates == 0;
         drop(st);
