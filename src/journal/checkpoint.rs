@@ -11,6 +11,7 @@ use std::sync::Arc;
 
 use super::journal::{JState, Journal, LogArea};
 use super::parallel::{write_runs, Run};
+use super::JournalBlock;
 use crate::cache::{Buffer, BufferReadGuard};
 
 /// A committed buffer not yet written home, and the copy that committed if
@@ -47,13 +48,13 @@ impl Journal {
     /// everything when they are not.
     pub(super) fn make_room(&self, log: &LogArea, need: u32) -> io::Result<()> {
         let head = self.state.lock().head;
-        if need > log.maxlen.saturating_sub(log.first) {
+        if need > log.maxlen.saturating_sub(log.first.0) {
             return Err(io::Error::other(format!(
                 "a transaction of {need} blocks does not fit in a journal of {} blocks",
                 log.maxlen
             )));
         }
-        if head + need <= log.maxlen {
+        if head.0 + need <= log.maxlen {
             return Ok(());
         }
         self.checkpoint_all_locked(log)
@@ -97,7 +98,7 @@ impl Journal {
         drop(guards);
         self.barrier(log)?;
         let next = self.state.lock().running.tid;
-        self.write_journal_superblock(log, 0, next)?;
+        self.write_journal_superblock(log, JournalBlock(0), next)?;
         self.barrier(log)?;
         {
             let mut st = self.state.lock();

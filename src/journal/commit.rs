@@ -18,7 +18,7 @@ use super::journal::{Journal, LogArea};
 use super::parallel::{write_runs, Run};
 use super::revoke::revoke_records;
 use super::transaction::Transaction;
-use super::Tid;
+use super::{JournalBlock, Tid};
 use crate::format::jbd::{self, CommitBlock, LoggedBlock};
 
 /// A drained transaction and its frozen copies.
@@ -153,14 +153,19 @@ impl Journal {
 
     /// Writes `blocks` at journal block `at` onwards, one device write per
     /// run of contiguous disk blocks.
-    fn write_log<B: AsRef<[u8]>>(&self, log: &LogArea, at: u32, blocks: &[B]) -> io::Result<()> {
+    fn write_log<B: AsRef<[u8]>>(
+        &self,
+        log: &LogArea,
+        at: JournalBlock,
+        blocks: &[B],
+    ) -> io::Result<()> {
         let bs = log.block_size as u64;
         let mut runs = Vec::new();
         let mut i = 0;
         while i < blocks.len() {
-            let first = log.map[(at as usize) + i];
+            let first = log.disk_block(at + i as u32);
             let mut n = 1;
-            while i + n < blocks.len() && log.map[(at as usize) + i + n] == first + n as u32 {
+            while i + n < blocks.len() && log.disk_block(at + (i + n) as u32) == first + n as u32 {
                 n += 1;
             }
             runs.push(Run {

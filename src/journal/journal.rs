@@ -18,7 +18,7 @@ use parking_lot::{Condvar, Mutex};
 use super::batch::Batching;
 use super::checkpoint::Checkpointed;
 use super::transaction::Transaction;
-use super::{CommitFlushHook, JournalConfig, Tid};
+use super::{CommitFlushHook, JournalBlock, JournalConfig, Tid};
 use crate::cache::BufferCache;
 use crate::device::BlockDevice;
 use crate::format::jbd::{self, JournalSuperblock};
@@ -27,12 +27,21 @@ use crate::format::jbd::{self, JournalSuperblock};
 pub(super) struct LogArea {
     /// Disk block of each journal block (index = journal block number).
     pub map: Vec<u32>,
-    pub first: u32,
+    /// The log's first block (s_first).
+    pub first: JournalBlock,
+    /// The journal's length in blocks (s_maxlen): the log ends before it.
     pub maxlen: u32,
     pub uuid: [u8; 16],
     pub block_size: usize,
     pub barrier: bool,
     pub commit_interval: Duration,
+}
+
+impl LogArea {
+    /// The disk block holding journal block `j`.
+    pub fn disk_block(&self, j: JournalBlock) -> u32 {
+        self.map[j.index()]
+    }
 }
 
 /// What `Journal::state` guards (jbd2's j_state_lock and j_list_lock in
@@ -55,7 +64,7 @@ pub(super) struct JState {
     pub committed: Tid,
     /// The next free journal block, and whether the log holds nothing.
     /// [state; committer changes, or enable before the commit thread]
-    pub head: u32,
+    pub head: JournalBlock,
     pub log_empty: bool,
     /// Committed buffers not yet written home. [state; the committer files
     /// and unfiles entries, a joining handle adds a copy to one]
@@ -169,7 +178,7 @@ impl Journal {
                 commit_request: Tid(0),
                 checkpoint_request: false,
                 committed: Tid(0),
-                head: 0,
+                head: JournalBlock(0),
                 log_empty: true,
                 checkpoint: HashMap::new(),
                 kept_copies: 0,
@@ -213,7 +222,7 @@ impl Journal {
         }
         let log = LogArea {
             map,
-            first: jsb.s_first,
+            first: JournalBlock(jsb.s_first),
             maxlen: jsb.s_maxlen,
             uuid: jsb.s_uuid,
             block_size: jsb.s_blocksize as usize,
@@ -300,16 +309,16 @@ impl Journal {
     pub(super) fn write_journal_superblock(
         &self,
         log: &LogArea,
-        start: u32,
+        start: JournalBlock,
         sequence: Tid,
     ) -> io::Result<()> {
         let bs = log.block_size;
-        let at = log.map[0] as u64 * bs as u64;
+        let at = log.disk_block(JournalBlock(0)) as u64 * bs as u64;
         let mut buf = vec![0u8; jbd::JOURNAL_SUPERBLOCK_LEN];
         self.dev.read_at(&mut buf, at)?;
         let mut jsb = JournalSuperblock::parse(&buf)
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        jsb.s_start = start;
+        jsb.s_start = start.0;
         jsb.s_sequence = sequence.0;
         jsb.s_feature_incompat |= jbd::JBD2_FEATURE_INCOMPAT_REVOKE;
         self.dev.write_at(&jsb.to_bytes(), at)

@@ -44,6 +44,7 @@ pub mod stats;
 pub mod transaction;
 
 use std::fmt;
+use std::ops::Add;
 use std::time::Duration;
 
 pub use batch::{set_caller, Batching};
@@ -114,6 +115,36 @@ impl Tid {
 }
 
 impl fmt::Display for Tid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A block number inside the journal, counted from its superblock (block
+/// 0), as jbd2 numbers the log. The journal inode's map turns it into a
+/// disk block ([`crate::format::BlockNo`], where home blocks are numbered
+/// too); keeping the two apart is the point of this type.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JournalBlock(pub u32);
+
+impl JournalBlock {
+    /// The position in the journal's block map.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// `n` blocks further into the journal (no wrapping: the log wraps at
+/// `s_maxlen`, which only its owner knows).
+impl Add<u32> for JournalBlock {
+    type Output = JournalBlock;
+
+    fn add(self, n: u32) -> JournalBlock {
+        JournalBlock(self.0 + n)
+    }
+}
+
+impl fmt::Display for JournalBlock {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.0.fmt(f)
     }

@@ -19,11 +19,11 @@ use std::io;
 use crate::device::BlockDevice;
 use crate::format::jbd::{self, CommitBlock, JournalHeader, JournalSuperblock, JournalTag};
 use crate::format::superblock::{self as sbm, feature, Superblock};
-use crate::format::{Corruption, FormatError, Location};
+use crate::format::{BlockNo, Corruption, FormatError, Location};
 
 use super::jmap::JournalMap;
 use super::revoke::RevokeTable;
-use super::Tid;
+use super::{JournalBlock, Tid};
 
 /// Why recovery could not run.
 #[derive(Debug, thiserror::Error)]
@@ -160,7 +160,7 @@ fn read_journal_superblock(
     map: &JournalMap,
     sb: &Superblock,
 ) -> Result<JournalSuperblock, RecoveryError> {
-    let buf = read_journal_block(dev, map, sb.block_size(), 0)?;
+    let buf = read_journal_block(dev, map, sb.block_size(), JournalBlock(0))?;
     let jsb = JournalSuperblock::parse(&buf)
         .map_err(|e| Corruption::new(Location::JournalBlock(0), e))?;
     if jsb.s_blocksize != sb.block_size() {
@@ -228,16 +228,16 @@ fn read_journal_block(
     dev: &dyn BlockDevice,
     map: &JournalMap,
     block_size: u32,
-    journal_block: u32,
+    journal_block: JournalBlock,
 ) -> Result<Vec<u8>, RecoveryError> {
     let disk = map.disk_block(journal_block).ok_or_else(|| {
         let err = FormatError::bad_field(
             "journal",
             "block",
-            journal_block,
+            journal_block.0,
             "beyond the journal inode",
         );
-        Corruption::new(Location::JournalBlock(journal_block), err)
+        Corruption::new(Location::JournalBlock(journal_block.0), err)
     })?;
     let mut buf = vec![0u8; block_size as usize];
     dev.read_at(&mut buf, u64::from(disk.0) * u64::from(block_size))?;
@@ -250,12 +250,12 @@ enum Record {
     Descriptor {
         seq: Tid,
         tags: Vec<JournalTag>,
-        data: u32,
+        data: JournalBlock,
     },
     Commit,
     Revoke {
         seq: Tid,
-        at: u32,
+        at: JournalBlock,
         block: Vec<u8>,
     },
 }
@@ -263,7 +263,7 @@ enum Record {
 /// Where a pass is: the next log block, the transaction expected there, and
 /// how many log blocks have been consumed (so a corrupt log cannot loop).
 struct Cursor {
-    pos: u32,
+    pos: JournalBlock,
     seq: Tid,
     used: u32,
 }
@@ -273,9 +273,9 @@ struct Log<'a> {
     dev: &'a dyn BlockDevice,
     map: &'a JournalMap,
     block_size: u32,
-    first: u32,
+    first: JournalBlock,
     maxlen: u32,
-    start: u32,
+    start: JournalBlock,
     sequence: Tid,
 }
 
@@ -285,26 +285,26 @@ impl<'a> Log<'a> {
             dev,
             map,
             block_size: jsb.s_blocksize,
-            first: jsb.s_first,
+            first: JournalBlock(jsb.s_first),
             maxlen: jsb.s_maxlen,
-            start: jsb.s_start,
+            start: JournalBlock(jsb.s_start),
             sequence: Tid(jsb.s_sequence),
         }
     }
 
     /// Validation guarantees `s_first < s_maxlen`.
     fn len(&self) -> u32 {
-        self.maxlen - self.first
+        self.maxlen - self.first.0
     }
 
     /// The log block `n` after `pos`, wrapping from the end back to s_first.
-    fn wrap(&self, pos: u32, n: u32) -> u32 {
-        let off = u64::from(pos.saturating_sub(self.first)) + u64::from(n);
+    fn wrap(&self, pos: JournalBlock, n: u32) -> JournalBlock {
+        let off = u64::from(pos.0.saturating_sub(self.first.0)) + u64::from(n);
         // The remainder is below len(), a u32.
         self.first + (off % u64::from(self.len())) as u32
     }
 
-    fn read(&self, journal_block: u32) -> Result<Vec<u8>, RecoveryError> {
+    fn read(&self, journal_block: JournalBlock) -> Result<Vec<u8>, RecoveryError> {
         read_journal_block(self.dev, self.map, self.block_size, journal_block)
     }
 
@@ -358,7 +358,7 @@ impl<'a> Log<'a> {
     }
 
     /// A descriptor and the log blocks it spans, if they fit in the log.
-    fn descriptor(&self, block: &[u8], here: u32, c: &Cursor) -> Option<(Record, u32)> {
+    fn descriptor(&self, block: &[u8], here: JournalBlock, c: &Cursor) -> Option<(Record, u32)> {
         let (_, tags) = jbd::parse_descriptor(block).ok()?;
         // At most block_size / 8 tags.
         let blocks = 1 + tags.len() as u32;
@@ -406,10 +406,10 @@ impl<'a> Log<'a> {
         self.walk(end, |record| {
             if let Record::Revoke { seq, at, block } = record {
                 let (_, blocks) = jbd::parse_revoke(&block)
-                    .map_err(|e| Corruption::new(Location::JournalBlock(at), e))?;
+                    .map_err(|e| Corruption::new(Location::JournalBlock(at.0), e))?;
                 report.revoke_records += blocks.len() as u64;
                 for b in blocks {
-                    table.set(b, seq);
+                    table.set(BlockNo(b), seq);
                 }
             }
             Ok(())
@@ -441,21 +441,21 @@ impl<'a> Log<'a> {
         &self,
         tag: &JournalTag,
         seq: Tid,
-        from: u32,
+        from: JournalBlock,
         revokes: &RevokeTable,
         home: &Home,
         report: &mut RecoveryReport,
     ) -> Result<(), RecoveryError> {
-        let target = tag.t_blocknr;
+        let target = BlockNo(tag.t_blocknr);
         if revokes.is_revoked(target, seq) {
             report.blocks_revoked += 1;
             return Ok(());
         }
         if !home.is_valid(target) {
             tracing::warn!(
-                block = target,
+                block = target.0,
                 transaction = seq.0,
-                journal_block = from,
+                journal_block = from.0,
                 "journal tag names a block outside the filesystem or inside the journal; skipped"
             );
             report.bad_blocks += 1;
@@ -474,14 +474,14 @@ impl<'a> Log<'a> {
 
 /// Between passes nothing writes the log (replay never targets journal
 /// blocks), so a pass that ends early means the device changed under us.
-fn log_changed(pos: u32) -> RecoveryError {
+fn log_changed(pos: JournalBlock) -> RecoveryError {
     let err = FormatError::bad_field(
         "journal",
         "log",
-        pos,
+        pos.0,
         "log ended early in a later recovery pass: the journal changed during recovery",
     );
-    Corruption::new(Location::JournalBlock(pos), err).into()
+    Corruption::new(Location::JournalBlock(pos.0), err).into()
 }
 
 /// Where replayed blocks go.
@@ -493,7 +493,7 @@ struct Home<'a> {
     first_block: u32,
     blocks_count: u32,
     /// Writing a journal block home would corrupt the log being replayed.
-    journal: HashSet<u32>,
+    journal: HashSet<BlockNo>,
     write: bool,
 }
 
@@ -504,19 +504,19 @@ impl<'a> Home<'a> {
             block_size: sb.block_size(),
             first_block: sb.s_first_data_block,
             blocks_count: sb.s_blocks_count,
-            journal: map.blocks().iter().copied().collect(),
+            journal: map.blocks().iter().map(|&b| BlockNo(b)).collect(),
             write,
         }
     }
 
-    fn is_valid(&self, b: u32) -> bool {
-        b >= self.first_block && b < self.blocks_count && !self.journal.contains(&b)
+    fn is_valid(&self, b: BlockNo) -> bool {
+        b.0 >= self.first_block && b.0 < self.blocks_count && !self.journal.contains(&b)
     }
 
-    fn write(&self, b: u32, block: &[u8]) -> Result<(), RecoveryError> {
+    fn write(&self, b: BlockNo, block: &[u8]) -> Result<(), RecoveryError> {
         if self.write {
             self.dev
-                .write_at(block, u64::from(b) * u64::from(self.block_size))?;
+                .write_at(block, u64::from(b.0) * u64::from(self.block_size))?;
         }
         Ok(())
     }
@@ -550,10 +550,10 @@ fn write_journal_superblock(
     map: &JournalMap,
     jsb: &JournalSuperblock,
 ) -> Result<(), RecoveryError> {
-    let mut block = read_journal_block(dev, map, jsb.s_blocksize, 0)?;
+    let mut block = read_journal_block(dev, map, jsb.s_blocksize, JournalBlock(0))?;
     let bytes = jsb.to_bytes();
     block[..bytes.len()].copy_from_slice(&bytes);
-    let disk = map.disk_block(0).map_or(0, |b| b.0);
+    let disk = map.disk_block(JournalBlock(0)).map_or(0, |b| b.0);
     dev.write_at(&block, u64::from(disk) * u64::from(jsb.s_blocksize))?;
     Ok(())
 }

@@ -20,7 +20,7 @@ use std::io;
 use super::commit::to_io;
 use super::journal::Journal;
 use super::Tid;
-use crate::format::jbd;
+use crate::format::{jbd, BlockNo};
 
 impl Journal {
     /// Records that `block` was freed: its logged copies must never be
@@ -85,7 +85,7 @@ pub(super) fn revoke_records(bs: usize, tid: Tid, mut revokes: &[u32]) -> io::Re
 /// Home block number -> the latest transaction that revoked it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RevokeTable {
-    records: HashMap<u32, Tid>,
+    records: HashMap<BlockNo, Tid>,
 }
 
 impl RevokeTable {
@@ -95,7 +95,7 @@ impl RevokeTable {
 
     /// Records that transaction `seq` revoked `block`. Only the latest
     /// revoke matters: it hides every copy an earlier one would hide.
-    pub fn set(&mut self, block: u32, seq: Tid) {
+    pub fn set(&mut self, block: BlockNo, seq: Tid) {
         let entry = self.records.entry(block).or_insert(seq);
         if seq.gt(*entry) {
             *entry = seq;
@@ -103,14 +103,14 @@ impl RevokeTable {
     }
 
     /// Whether a copy of `block` logged in transaction `seq` must be skipped.
-    pub fn is_revoked(&self, block: u32, seq: Tid) -> bool {
+    pub fn is_revoked(&self, block: BlockNo, seq: Tid) -> bool {
         self.records
             .get(&block)
             .is_some_and(|&revoked_in| revoked_in.geq(seq))
     }
 
     /// The revoke sequence recorded for `block`, if any.
-    pub fn get(&self, block: u32) -> Option<Tid> {
+    pub fn get(&self, block: BlockNo) -> Option<Tid> {
         self.records.get(&block).copied()
     }
 
@@ -132,39 +132,39 @@ mod tests {
     fn empty_table_revokes_nothing() {
         let t = RevokeTable::new();
         assert!(t.is_empty());
-        assert!(!t.is_revoked(5, Tid(1)));
+        assert!(!t.is_revoked(BlockNo(5), Tid(1)));
     }
 
     #[test]
     fn revoke_hides_its_own_and_earlier_transactions() {
         let mut t = RevokeTable::new();
-        t.set(100, Tid(7));
-        assert!(t.is_revoked(100, Tid(7)));
-        assert!(t.is_revoked(100, Tid(3)));
-        assert!(!t.is_revoked(100, Tid(8)));
-        assert!(!t.is_revoked(101, Tid(7)));
+        t.set(BlockNo(100), Tid(7));
+        assert!(t.is_revoked(BlockNo(100), Tid(7)));
+        assert!(t.is_revoked(BlockNo(100), Tid(3)));
+        assert!(!t.is_revoked(BlockNo(100), Tid(8)));
+        assert!(!t.is_revoked(BlockNo(101), Tid(7)));
     }
 
     #[test]
     fn highest_sequence_wins_in_any_order() {
         let mut t = RevokeTable::new();
-        t.set(9, Tid(10));
-        t.set(9, Tid(4));
-        assert_eq!(t.get(9), Some(Tid(10)));
-        t.set(9, Tid(12));
-        assert_eq!(t.get(9), Some(Tid(12)));
-        assert!(t.is_revoked(9, Tid(11)));
+        t.set(BlockNo(9), Tid(10));
+        t.set(BlockNo(9), Tid(4));
+        assert_eq!(t.get(BlockNo(9)), Some(Tid(10)));
+        t.set(BlockNo(9), Tid(12));
+        assert_eq!(t.get(BlockNo(9)), Some(Tid(12)));
+        assert!(t.is_revoked(BlockNo(9), Tid(11)));
         assert_eq!(t.len(), 1);
     }
 
     #[test]
     fn sequences_compare_across_wraparound() {
         let mut t = RevokeTable::new();
-        t.set(1, Tid(u32::MAX));
-        t.set(1, Tid(2));
-        assert_eq!(t.get(1), Some(Tid(2)));
-        assert!(t.is_revoked(1, Tid(u32::MAX - 1)));
-        assert!(t.is_revoked(1, Tid(0)));
-        assert!(!t.is_revoked(1, Tid(3)));
+        t.set(BlockNo(1), Tid(u32::MAX));
+        t.set(BlockNo(1), Tid(2));
+        assert_eq!(t.get(BlockNo(1)), Some(Tid(2)));
+        assert!(t.is_revoked(BlockNo(1), Tid(u32::MAX - 1)));
+        assert!(t.is_revoked(BlockNo(1), Tid(0)));
+        assert!(!t.is_revoked(BlockNo(1), Tid(3)));
     }
 }
