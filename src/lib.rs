@@ -24,10 +24,12 @@
 //!    handle starts; none is taken while a handle is open (commit waits for
 //!    open handles, so that would deadlock against a thread holding the
 //!    inode and waiting to start a handle).
-//! 3. Journal: a handle's transaction (`Journal::state`, briefly), the
-//!    commit lock (`Journal::commit_lock`, held by commit and checkpoint
-//!    across log I/O), `Journal::pending_free` (a leaf). Checkpoint takes
-//!    read guards of committed buffers under `Journal::state` (rule 6 below
+//! 3. Journal, in its own order (src/journal/mod.rs): the commit lock
+//!    (`Journal::commit_lock`, held by commit and checkpoint across log
+//!    I/O; only try-locked under the state lock), a handle's transaction
+//!    (`Journal::state`, briefly), `Journal::pending_free` (a leaf).
+//!    Checkpoint takes read guards of committed buffers under
+//!    `Journal::state` (rule 6 below
 //!    comes after it); nobody waits for the state lock holding the write
 //!    guard of a buffer outside the running transaction, and nobody queues
 //!    for the write guard of an uptodate buffer outside it (the cache's

@@ -17,6 +17,7 @@ use jbdfs::format::jbd::{self, CommitBlock, JournalSuperblock, LoggedBlock};
 use jbdfs::format::superblock::{feature, Superblock};
 use jbdfs::journal::jmap::JournalMap;
 use jbdfs::journal::recovery::{recover, RecoverOptions, RecoveryError, RecoveryReport};
+use jbdfs::journal::{JournalBlock, Tid};
 use jbdfs::mkfs::{format, plan, MkfsOptions, Zeroed};
 use jbdfs::util::Progress;
 
@@ -431,7 +432,7 @@ impl<'a> LogBuilder<'a> {
     fn new(dev: &'a MemoryDevice, start: Option<u32>, seq: u32) -> Self {
         let sb = dev_sb(dev);
         let map = JournalMap::load(dev, &sb).unwrap();
-        let raw = read_block(dev, map.disk_block(0).unwrap().0);
+        let raw = read_block(dev, map.disk_block(JournalBlock(0)).unwrap().0);
         let mut jsb = JournalSuperblock::parse(&raw).unwrap();
         jsb.s_feature_incompat = jbd::JBD2_FEATURE_INCOMPAT_REVOKE;
         jsb.s_sequence = seq;
@@ -452,14 +453,14 @@ impl<'a> LogBuilder<'a> {
     }
 
     fn write_jsb(&self) {
-        let disk = self.map.disk_block(0).unwrap().0;
+        let disk = self.map.disk_block(JournalBlock(0)).unwrap().0;
         let mut raw = read_block(self.dev, disk);
         raw[..1024].copy_from_slice(&self.jsb.to_bytes());
         write_block(self.dev, disk, &raw);
     }
 
     fn put(&mut self, data: &[u8]) {
-        let disk = self.map.disk_block(self.pos).unwrap().0;
+        let disk = self.map.disk_block(JournalBlock(self.pos)).unwrap().0;
         write_block(self.dev, disk, data);
         self.pos += 1;
         if self.pos == self.jsb.s_maxlen {
@@ -514,7 +515,7 @@ impl<'a> LogBuilder<'a> {
 
 fn journal_sb(dev: &dyn BlockDevice) -> JournalSuperblock {
     let map = JournalMap::load(dev, &dev_sb(dev)).unwrap();
-    let raw = read_block(dev, map.disk_block(0).unwrap().0);
+    let raw = read_block(dev, map.disk_block(JournalBlock(0)).unwrap().0);
     JournalSuperblock::parse(&raw).unwrap()
 }
 
@@ -539,7 +540,7 @@ fn journal_map_matches_mkfs_layout() {
         map.len() as usize,
         "journal blocks are distinct"
     );
-    assert!(map.disk_block(map.len()).is_none());
+    assert!(map.disk_block(JournalBlock(map.len())).is_none());
     assert!(sorted.iter().all(|&b| b > 0 && b < sb.s_blocks_count));
 }
 
@@ -599,7 +600,10 @@ fn committed_transaction_is_replayed() {
     let r = recover(&dev, WRITE).unwrap();
     assert_eq!(dry, r);
     assert!(r.needed && r.recover_flag);
-    assert_eq!((r.transactions, r.first_seq, r.last_seq), (1, 10, 10));
+    assert_eq!(
+        (r.transactions, r.first_seq, r.last_seq),
+        (1, Tid(10), Tid(10))
+    );
     assert_eq!(r.blocks_replayed, 2);
     assert_eq!(read_block(&dev, home(0)), pattern(1));
     assert_eq!(read_block(&dev, home(1)), pattern(2));
@@ -618,7 +622,10 @@ fn uncommitted_transaction_is_not_replayed() {
         ..Default::default()
     });
     let r = recover(&dev, WRITE).unwrap();
-    assert_eq!((r.transactions, r.last_seq, r.blocks_replayed), (1, 1, 1));
+    assert_eq!(
+        (r.transactions, r.last_seq, r.blocks_replayed),
+        (1, Tid(1), 1)
+    );
     assert_eq!(read_block(&dev, home(0)), pattern(1));
     assert_eq!(read_block(&dev, home(1)), vec![0; BS as usize]);
     assert_reset(&dev, 3);
@@ -634,7 +641,10 @@ fn only_uncommitted_transaction_replays_nothing_but_resets() {
     });
     let r = recover(&dev, WRITE).unwrap();
     assert!(r.needed);
-    assert_eq!((r.transactions, r.blocks_replayed, r.last_seq), (0, 0, 4));
+    assert_eq!(
+        (r.transactions, r.blocks_replayed, r.last_seq),
+        (0, 0, Tid(4))
+    );
     assert_eq!(read_block(&dev, home(0)), vec![0; BS as usize]);
     assert_reset(&dev, 6);
 }
@@ -720,7 +730,7 @@ fn sequence_numbers_wrap_around() {
     log.tx(Tx::committed(vec![(home(0), pattern(1))], vec![]));
     log.tx(Tx::committed(vec![(home(1), pattern(2))], vec![home(0)]));
     let r = recover(&dev, WRITE).unwrap();
-    assert_eq!((r.transactions, r.last_seq), (2, 0));
+    assert_eq!((r.transactions, r.last_seq), (2, Tid(0)));
     assert_eq!(read_block(&dev, home(0)), vec![0; BS as usize]);
     assert_eq!(read_block(&dev, home(1)), pattern(2));
     assert_reset(&dev, 2);
@@ -731,7 +741,7 @@ fn bad_home_blocks_are_skipped_and_counted() {
     let dev = fresh_image();
     let sb = dev_sb(&dev);
     let map = JournalMap::load(&dev, &sb).unwrap();
-    let in_journal = map.disk_block(5).unwrap().0;
+    let in_journal = map.disk_block(JournalBlock(5)).unwrap().0;
     let mut log = LogBuilder::new(&dev, None, 1);
     log.tx(Tx::committed(
         vec![
@@ -776,7 +786,7 @@ fn corrupt_jsb(edit: impl FnOnce(&mut JournalSuperblock, &mut Vec<u8>), expect: 
     let dev = fresh_image();
     let mut log = LogBuilder::new(&dev, None, 1);
     log.tx(Tx::committed(vec![(home(0), pattern(1))], vec![]));
-    let disk = log.map.disk_block(0).unwrap().0;
+    let disk = log.map.disk_block(JournalBlock(0)).unwrap().0;
     let mut raw = read_block(&dev, disk);
     let mut jsb = log.jsb.clone();
     edit(&mut jsb, &mut raw);
@@ -824,7 +834,7 @@ fn bad_revoke_count_in_a_committed_transaction_is_an_error() {
     let mut log = LogBuilder::new(&dev, None, 1);
     let revoke_at = log.pos;
     log.tx(Tx::committed(vec![(home(0), pattern(1))], vec![home(1)]));
-    let disk = log.map.disk_block(revoke_at).unwrap().0;
+    let disk = log.map.disk_block(JournalBlock(revoke_at)).unwrap().0;
     let mut raw = read_block(&dev, disk);
     raw[12..16].copy_from_slice(&5000u32.to_be_bytes());
     write_block(&dev, disk, &raw);
@@ -917,7 +927,7 @@ fn fuzz_targets(dev: &MemoryDevice) -> Vec<(u64, u64)> {
     let sb = dev_sb(dev);
     let map = JournalMap::load(dev, &sb).unwrap();
     (0..16)
-        .filter_map(|j| map.disk_block(j))
+        .filter_map(|j| map.disk_block(JournalBlock(j)))
         .map(|b| (u64::from(b.0) * u64::from(BS), u64::from(BS)))
         .collect()
 }

@@ -8,6 +8,7 @@ use crate::format::jbd::JournalSuperblock;
 use crate::format::superblock::{feature, Superblock};
 use crate::journal::jmap::JournalMap;
 use crate::journal::recovery::{recover, RecoverOptions, RecoveryError};
+use crate::journal::JournalBlock;
 
 use super::context::Ctx;
 use super::problem::Problems;
@@ -77,7 +78,7 @@ fn repair_bad_journal(
         return Ok(JournalOutcome::default());
     }
     let bs = sb.block_size();
-    let Some(first) = map.disk_block(0) else {
+    let Some(first) = map.disk_block(JournalBlock(0)) else {
         return Ok(JournalOutcome::default());
     };
     let mut jsb = JournalSuperblock::new(bs, map.len(), [0; 16])

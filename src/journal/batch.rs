@@ -21,7 +21,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::transaction::Journal;
+use super::journal::Journal;
 
 /// Below this average commit time, bdelay=auto never waits. Measured with
 /// `-o devsim=` (docs/PERFORMANCE.md): any wait loses on ram (commits of

@@ -7,24 +7,63 @@
 
 use std::io;
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
+use super::journal::{JState, Journal, LogArea};
 use super::parallel::{write_runs, Run};
-use super::transaction::{Checkpointed, Journal, LogArea};
-use crate::cache::BufferReadGuard;
-use crate::format::jbd::{self, JournalSuperblock};
+use super::JournalBlock;
+use crate::cache::{Buffer, BufferReadGuard};
+
+/// A committed buffer not yet written home, and the copy that committed if
+/// a later transaction has joined the buffer (else the buffer's own bytes
+/// are the committed ones).
+/// An entry of `JState::checkpoint`: under `Journal::state` like the map.
+pub(super) struct Checkpointed {
+    /// [immutable]
+    pub buf: Arc<Buffer>,
+    /// [state]
+    pub copy: Option<Box<[u8]>>,
+}
+
+impl JState {
+    /// Whether the log holds, or is about to hold, a copy of `block`, or a
+    /// checkpoint is writing one home.
+    pub fn holds_copy(&self, block: u32) -> bool {
+        self.running.members.contains(&block)
+            || self.committing.contains(&block)
+            || self.checkpoint.contains_key(&block)
+            || self.checkpointing.contains(&block)
+    }
+
+    /// Files a committed buffer for checkpoint, returning the entry it
+    /// replaces; keeps `kept_copies` in step.
+    pub fn file_checkpoint(&mut self, block: u32, c: Checkpointed) -> Option<Checkpointed> {
+        self.kept_copies += usize::from(c.copy.is_some());
+        let old = self.checkpoint.insert(block, c);
+        self.kept_copies -= old.as_ref().map_or(0, |o| usize::from(o.copy.is_some()));
+        old
+    }
+
+    /// Takes `block` off the checkpoint list.
+    pub fn unfile_checkpoint(&mut self, block: u32) -> Option<Checkpointed> {
+        let old = self.checkpoint.remove(&block);
+        self.kept_copies -= old.as_ref().map_or(0, |o| usize::from(o.copy.is_some()));
+        old
+    }
+}
 
 impl Journal {
     /// Makes sure `need` log blocks are free after the head, checkpointing
     /// everything when they are not.
     pub(super) fn make_room(&self, log: &LogArea, need: u32) -> io::Result<()> {
         let head = self.state.lock().head;
-        if need > log.maxlen.saturating_sub(log.first) {
+        if need > log.maxlen.saturating_sub(log.first.0) {
             return Err(io::Error::other(format!(
                 "a transaction of {need} blocks does not fit in a journal of {} blocks",
                 log.maxlen
             )));
         }
-        if head + need <= log.maxlen {
+        if head.0 + need <= log.maxlen {
             return Ok(());
         }
         self.checkpoint_all_locked(log)
@@ -83,7 +122,7 @@ impl Journal {
     ) -> io::Result<()> {
         self.barrier(log)?;
         let next = self.state.lock().running.tid;
-        self.write_journal_superblock(log, 0, next)?;
+        self.write_journal_superblock(log, JournalBlock(0), next)?;
         self.barrier(log)?;
         {
             let mut st = self.state.lock();
@@ -137,24 +176,13 @@ impl Journal {
         }
     }
 
-    /// Rewrites the journal superblock with the log's start and sequence
-    /// (`start == 0`: the log is empty).
-    pub(super) fn write_journal_superblock(
-        &self,
-        log: &LogArea,
-        start: u32,
-        sequence: u32,
-    ) -> io::Result<()> {
-        let bs = log.block_size;
-        let at = log.map[0] as u64 * bs as u64;
-        let mut buf = vec![0u8; jbd::JOURNAL_SUPERBLOCK_LEN];
-        self.dev.read_at(&mut buf, at)?;
-        let mut jsb = JournalSuperblock::parse(&buf)
-            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))?;
-        jsb.s_start = start;
-        jsb.s_sequence = sequence;
-        jsb.s_feature_incompat |= jbd::JBD2_FEATURE_INCOMPAT_REVOKE;
-        self.dev.write_at(&jsb.to_bytes(), at)
+    /// Lets go of a buffer that left the checkpoint list: its pin, and its
+    /// copy back to the cache's pool.
+    pub(super) fn release_checkpointed(&self, c: Checkpointed) {
+        self.cache.unpin(&c.buf);
+        if let Some(copy) = c.copy {
+            self.cache.recycle(copy);
+        }
     }
 }
 
@@ -199,7 +227,7 @@ impl Journal {
     /// checkpoint after it, without waiting for either.
     fn request_room(&self, checkpoint: bool) {
         let mut st = self.state.lock();
-        st.commit_request = st.commit_request.max(st.running.tid);
+        st.commit_request = st.commit_request.later(st.running.tid);
         st.checkpoint_request |= checkpoint;
         drop(st);
         self.commit_wake.notify_one();

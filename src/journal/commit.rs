@@ -11,23 +11,26 @@
 use std::borrow::Cow;
 use std::collections::HashSet;
 use std::io;
-use std::sync::{Arc, Weak};
 use std::time::{Duration, Instant};
 
+use super::checkpoint::Checkpointed;
+use super::journal::{Journal, LogArea};
 use super::parallel::{write_runs, Run};
-use super::transaction::{Checkpointed, Journal, LogArea, Transaction};
+use super::revoke::revoke_records;
+use super::transaction::Transaction;
+use super::{JournalBlock, Tid};
 use crate::format::jbd::{self, CommitBlock, LoggedBlock};
 
 /// A drained transaction and its frozen copies.
 struct Frozen {
-    tid: u32,
+    tid: Tid,
     /// How long the transaction ran before commit locked it.
     ran: Duration,
     copies: Vec<(u32, Box<[u8]>)>,
     t: Transaction,
 }
 
-fn to_io(e: crate::format::FormatError) -> io::Error {
+pub(super) fn to_io(e: crate::format::FormatError) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, e)
 }
 
@@ -71,14 +74,14 @@ impl Journal {
         let mut st = self.state.lock();
         if st.running.is_empty() {
             let tid = st.running.tid;
-            st.committed = st.committed.max(tid.saturating_sub(1));
+            st.set_committed(tid.prev());
             return None;
         }
         st.locked = true;
         while st.running.updates > 0 {
             self.drained.wait(&mut st);
         }
-        let next = Transaction::new(st.running.tid + 1);
+        let next = Transaction::new(st.running.tid.next());
         let t = std::mem::replace(&mut st.running, next);
         let ran = t.started.elapsed();
         let copies: Vec<(u32, Box<[u8]>)> = t
@@ -105,12 +108,11 @@ impl Journal {
         // that must be escaped is copied again, so checkpoint still gets the
         // unescaped bytes.
         let mut blocks: Vec<Cow<'_, [u8]>> = Vec::new();
-        let mut revokes = &f.t.revokes[..];
-        while !revokes.is_empty() {
-            let (b, n) = jbd::build_revoke(bs, f.tid, revokes).map_err(to_io)?;
-            blocks.push(Cow::Owned(b));
-            revokes = &revokes[n.max(1).min(revokes.len())..];
-        }
+        blocks.extend(
+            revoke_records(bs, f.tid, &f.t.revokes)?
+                .into_iter()
+                .map(Cow::Owned),
+        );
         let mut rest = &f.copies[..];
         while !rest.is_empty() {
             let tags: Vec<LoggedBlock> = rest
@@ -120,7 +122,7 @@ impl Journal {
                     escaped: jbd::needs_escape(data),
                 })
                 .collect();
-            let (desc, n) = jbd::build_descriptor(bs, f.tid, &log.uuid, &tags).map_err(to_io)?;
+            let (desc, n) = jbd::build_descriptor(bs, f.tid.0, &log.uuid, &tags).map_err(to_io)?;
             let n = n.max(1).min(rest.len());
             blocks.push(Cow::Owned(desc));
             blocks.extend(rest[..n].iter().map(|(_, data)| escaped(data)));
@@ -137,7 +139,7 @@ impl Journal {
         }
         self.barrier(log)?;
         let (sec, nsec) = crate::util::now();
-        let commit = CommitBlock::new(f.tid, sec as u64, nsec)
+        let commit = CommitBlock::new(f.tid.0, sec as u64, nsec)
             .build(bs)
             .map_err(to_io)?;
         let at = start + blocks.len() as u32;
@@ -151,14 +153,19 @@ impl Journal {
 
     /// Writes `blocks` at journal block `at` onwards, one device write per
     /// run of contiguous disk blocks.
-    fn write_log<B: AsRef<[u8]>>(&self, log: &LogArea, at: u32, blocks: &[B]) -> io::Result<()> {
+    fn write_log<B: AsRef<[u8]>>(
+        &self,
+        log: &LogArea,
+        at: JournalBlock,
+        blocks: &[B],
+    ) -> io::Result<()> {
         let bs = log.block_size as u64;
         let mut runs = Vec::new();
         let mut i = 0;
         while i < blocks.len() {
-            let first = log.map[(at as usize) + i];
+            let first = log.disk_block(at + i as u32);
             let mut n = 1;
-            while i + n < blocks.len() && log.map[(at as usize) + i + n] == first + n as u32 {
+            while i + n < blocks.len() && log.disk_block(at + (i + n) as u32) == first + n as u32 {
                 n += 1;
             }
             runs.push(Run {
@@ -207,7 +214,7 @@ impl Journal {
                 .filter_map(|b| st.unfile_checkpoint(*b))
                 .collect();
         st.committing.clear();
-        st.committed = st.committed.max(f.tid);
+        st.set_committed(f.tid);
         drop(st);
         for copy in unneeded {
             self.cache.recycle(copy);
@@ -219,12 +226,7 @@ impl Journal {
         for c in forgotten {
             self.release_checkpointed(c);
         }
-        {
-            let mut pending = self.pending_free.lock();
-            for b in &f.t.freed {
-                pending.remove(b);
-            }
-        }
+        self.release_freed(&f.t.freed);
         let c = &self.counters;
         use std::sync::atomic::Ordering::Relaxed;
         c.transactions.fetch_add(1, Relaxed);
@@ -237,72 +239,6 @@ impl Journal {
         self.note_commit_time(started.elapsed());
         self.wake.notify_all();
         self.run_commit_callbacks();
-    }
-
-    /// A failed log write leaves the journal unusable: every later handle
-    /// fails, as jbd aborts the journal.
-    fn abort(&self, e: &io::Error) {
-        tracing::error!("journal commit failed, aborting the journal: {e}");
-        self.state.lock().error = Some(e.to_string());
-        self.abort_new_handles();
-    }
-
-    /// The commit thread: commits on request and every commit interval, and
-    /// checkpoints when a data=journal writer asks it to (make_room_for_pins).
-    pub(super) fn run_commit_thread(journal: Weak<Journal>, interval: Duration) {
-        loop {
-            let Some(j) = journal.upgrade() else { return };
-            let (due, checkpoint) = {
-                let mut st = j.state.lock();
-                let idle = st.commit_request <= st.committed && !st.checkpoint_request;
-                if idle && !st.shutdown {
-                    j.commit_wake
-                        .wait_for(&mut st, interval.min(Duration::from_millis(500)));
-                }
-                if st.shutdown {
-                    return;
-                }
-                let requested = st.commit_request > st.committed;
-                let old = st.running.started.elapsed() >= interval && !st.running.is_empty();
-                (requested || old, std::mem::take(&mut st.checkpoint_request))
-            };
-            if due {
-                let _ = j.commit_if_due(interval);
-            }
-            if checkpoint {
-                let _ = j.checkpoint_all();
-            }
-            drop(j);
-        }
-    }
-
-    /// The commit thread's commit: only if it is still due once the commit
-    /// lock is held, since a synchronous handle may have committed on its
-    /// own thread meanwhile (committing early would cut a batch short).
-    fn commit_if_due(&self, interval: Duration) -> io::Result<()> {
-        let one = self.commit_lock.lock();
-        let due = {
-            let st = self.state.lock();
-            st.commit_request > st.committed
-                || (st.running.started.elapsed() >= interval && !st.running.is_empty())
-        };
-        if due {
-            self.commit_locked(one)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Starts the commit thread for `journal`.
-    pub(super) fn spawn_commit_thread(
-        journal: &Arc<Journal>,
-        interval: Duration,
-    ) -> io::Result<()> {
-        let weak = Arc::downgrade(journal);
-        std::thread::Builder::new()
-            .name("jbdfs-commit".into())
-            .spawn(move || Journal::run_commit_thread(weak, interval))?;
-        Ok(())
     }
 }
 

@@ -15,6 +15,7 @@ use crate::format::superblock::Superblock;
 use crate::format::{BlockNo, Corruption, FormatError, GroupNo, InodeNo, Location};
 
 use super::recovery::RecoveryError;
+use super::JournalBlock;
 
 const JOURNAL_INODE: &str = "journal inode";
 
@@ -58,8 +59,8 @@ impl JournalMap {
     }
 
     /// The disk block holding journal block `journal_block`.
-    pub fn disk_block(&self, journal_block: u32) -> Option<BlockNo> {
-        self.blocks.get(journal_block as usize).map(|&b| BlockNo(b))
+    pub fn disk_block(&self, journal_block: JournalBlock) -> Option<BlockNo> {
+        self.blocks.get(journal_block.index()).map(|&b| BlockNo(b))
     }
 
     /// Journal blocks mapped (the inode's size in blocks).

@@ -3,31 +3,53 @@
 //! `journal_dirty_metadata`, `journal_stop`), and is logged in the ext3
 //! journal (inode 8) in JBD format before it reaches its home block.
 //!
-//! One file per phase, as in fs/jbd2: `transaction.rs` (handles and the
-//! running transaction), `commit.rs`, `checkpoint.rs`, `recovery.rs` with
-//! `revoke.rs` and `jmap.rs` (replay at mount), `batch.rs` (bdelay),
-//! `stats.rs`, `parallel.rs` (large log and home writes on two threads),
-//! and `enable` here, which starts logging at mount.
+//! One file per phase, as in fs/jbd2: `journal.rs` (the [`Journal`] itself:
+//! enabling the log, the commit thread, waiting for commits, abort,
+//! unmount), `transaction.rs` (the running transaction and its handles),
+//! `commit.rs`, `checkpoint.rs`, `revoke.rs` (recording frees, writing
+//! revoke blocks, and recovery's revoke table), `recovery.rs` with
+//! `jmap.rs` (replay at mount), `batch.rs` (bdelay), `stats.rs`, and
+//! `parallel.rs` (large log and home writes on two threads).
+//!
+//! # Lock order
+//!
+//! The journal's place among the filesystem's locks is rule 3 of the
+//! crate's lock order (src/lib.rs): after inode locks, before the
+//! superblock, group and buffer cache locks. Inside the journal:
+//! 1. `Journal::commit_lock`: one committer or checkpointer at a time,
+//!    held across log and home I/O. Under it the committer takes `state`
+//!    (briefly, again and again), buffer guards, the data queue (the flush
+//!    hook) and the device. Under `state` it is only ever try-locked (a
+//!    sync waiter committing on its own thread), never waited for.
+//! 2. `Journal::state` (jbd2's j_state_lock): held briefly, never across
+//!    I/O; `wake`, `drained` and `commit_wake` wait on it. Under it only
+//!    buffer cache locks are taken: read guards of committed buffers
+//!    (commit's frozen copies, checkpoint) and a shard lock to unpin.
+//! 3. `Journal::pending_free`: a leaf, never held with `state`.
+//!
+//! Fields marked [atomic] or set once (`OnceLock`) need no lock; each field
+//! of [`Journal`] and of the structures under `state` says which applies.
 
 pub mod batch;
 pub mod checkpoint;
 pub mod commit;
+// Named as jbd2 names the file; the module is the journal object itself.
 pub mod jmap;
+#[allow(clippy::module_inception)]
+mod journal;
 mod parallel;
 pub mod recovery;
 pub mod revoke;
 pub mod stats;
 pub mod transaction;
 
-use std::io;
-use std::sync::Arc;
+use std::fmt;
+use std::ops::Add;
 use std::time::Duration;
 
 pub use batch::{set_caller, Batching};
-pub use transaction::{CommitCallback, Handle, Journal};
-
-use crate::format::jbd::JournalSuperblock;
-use transaction::LogArea;
+pub use journal::{CommitCallback, Journal};
+pub use transaction::Handle;
 
 /// File data the commit must account for before it flushes the device ahead
 /// of a commit block: in data=ordered it writes the data out first (jbd's
@@ -54,64 +76,92 @@ impl Default for JournalConfig {
     }
 }
 
-impl Journal {
-    /// Starts logging into the journal whose blocks are `map` (disk block of
-    /// each journal block) and whose superblock is `jsb`; the log must be
-    /// empty (recovered).
-    pub fn enable(
-        self: &Arc<Self>,
-        map: Vec<u32>,
-        jsb: &JournalSuperblock,
-        cfg: JournalConfig,
-    ) -> io::Result<()> {
-        if jsb.s_start != 0 {
-            return Err(io::Error::other("the journal needs recovery"));
-        }
-        if (jsb.s_maxlen as usize) > map.len() || jsb.s_first == 0 || jsb.s_first >= jsb.s_maxlen {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                "journal superblock does not fit its inode",
-            ));
-        }
-        let log = LogArea {
-            map,
-            first: jsb.s_first,
-            maxlen: jsb.s_maxlen,
-            uuid: jsb.s_uuid,
-            block_size: jsb.s_blocksize as usize,
-            barrier: cfg.barrier,
-            commit_interval: cfg.commit_interval,
-        };
-        {
-            let mut st = self.state.lock();
-            st.head = log.first;
-            st.log_empty = true;
-            st.running = transaction::Transaction::new(jsb.s_sequence.max(1));
-            st.committed = jsb.s_sequence.saturating_sub(1);
-        }
-        let interval = log.commit_interval;
-        let _ = self.batching.set(cfg.batching);
-        self.log
-            .set(log)
-            .map_err(|_| io::Error::other("journal already enabled"))?;
-        Journal::spawn_commit_thread(self, interval)
+/// A transaction id (jbd2's tid_t). Ids wrap around at 2^32, so two are
+/// compared by the sign of their difference, as jbd2's tid_gt and tid_geq
+/// do; there is deliberately no `Ord`, which would order them wrongly
+/// across the wrap.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Tid(pub u32);
+
+impl Tid {
+    /// tid_gt: `self` comes after `other`.
+    pub fn gt(self, other: Tid) -> bool {
+        (self.0.wrapping_sub(other.0) as i32) > 0
     }
 
-    /// Registers the file data writer (once, at mount).
-    pub fn set_commit_flush_hook(&self, hook: Arc<dyn CommitFlushHook>) {
-        let _ = self.flush_hook.set(hook);
+    /// tid_geq: `self` is `other` or comes after it.
+    pub fn geq(self, other: Tid) -> bool {
+        (self.0.wrapping_sub(other.0) as i32) >= 0
     }
 
-    /// Commits, checkpoints and stops the commit thread: the log is empty
-    /// afterwards (`s_start == 0`).
-    pub fn shutdown(&self) -> io::Result<()> {
-        if !self.logging() {
-            return self.cache.sync_all();
+    /// The later of the two.
+    pub fn later(self, other: Tid) -> Tid {
+        if other.gt(self) {
+            other
+        } else {
+            self
         }
-        self.commit_running()?;
-        self.checkpoint_all()?;
-        self.state.lock().shutdown = true;
-        self.commit_wake.notify_all();
-        Ok(())
+    }
+
+    /// The transaction after this one.
+    pub fn next(self) -> Tid {
+        Tid(self.0.wrapping_add(1))
+    }
+
+    /// The transaction before this one.
+    pub fn prev(self) -> Tid {
+        Tid(self.0.wrapping_sub(1))
+    }
+}
+
+impl fmt::Display for Tid {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// A block number inside the journal, counted from its superblock (block
+/// 0), as jbd2 numbers the log. The journal inode's map turns it into a
+/// disk block ([`crate::format::BlockNo`], where home blocks are numbered
+/// too); keeping the two apart is the point of this type.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct JournalBlock(pub u32);
+
+impl JournalBlock {
+    /// The position in the journal's block map.
+    pub fn index(self) -> usize {
+        self.0 as usize
+    }
+}
+
+/// `n` blocks further into the journal (no wrapping: the log wraps at
+/// `s_maxlen`, which only its owner knows).
+impl Add<u32> for JournalBlock {
+    type Output = JournalBlock;
+
+    fn add(self, n: u32) -> JournalBlock {
+        JournalBlock(self.0 + n)
+    }
+}
+
+impl fmt::Display for JournalBlock {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tid;
+
+    #[test]
+    fn tids_compare_across_wraparound() {
+        assert!(Tid(0).gt(Tid(u32::MAX)));
+        assert!(Tid(5).geq(Tid(5)));
+        assert!(!Tid(5).gt(Tid(5)));
+        assert!(!Tid(u32::MAX).geq(Tid(1)));
+        assert_eq!(Tid(u32::MAX).later(Tid(2)), Tid(2));
+        assert_eq!(Tid(u32::MAX).next(), Tid(0));
+        assert_eq!(Tid(0).prev(), Tid(u32::MAX));
     }
 }

@@ -19,10 +19,11 @@ use std::io;
 use crate::device::BlockDevice;
 use crate::format::jbd::{self, CommitBlock, JournalHeader, JournalSuperblock, JournalTag};
 use crate::format::superblock::{self as sbm, feature, Superblock};
-use crate::format::{Corruption, FormatError, Location};
+use crate::format::{BlockNo, Corruption, FormatError, Location};
 
 use super::jmap::JournalMap;
-use super::revoke::{tid_geq, RevokeTable};
+use super::revoke::RevokeTable;
+use super::{JournalBlock, Tid};
 
 /// Why recovery could not run.
 #[derive(Debug, thiserror::Error)]
@@ -51,9 +52,9 @@ pub struct RecoveryReport {
     /// Complete transactions replayed.
     pub transactions: u32,
     /// The journal superblock's `s_sequence`: the first transaction looked for.
-    pub first_seq: u32,
+    pub first_seq: Tid,
     /// The last complete transaction; `first_seq - 1` (wrapping) when none.
-    pub last_seq: u32,
+    pub last_seq: Tid,
     /// Logged blocks written home.
     pub blocks_replayed: u64,
     /// Logged blocks skipped because a later (or the same) transaction
@@ -86,8 +87,8 @@ pub fn recover(
     let map = JournalMap::load(dev, &sb)?;
     let jsb = read_journal_superblock(dev, &map, &sb)?;
     let mut report = RecoveryReport {
-        first_seq: jsb.s_sequence,
-        last_seq: jsb.s_sequence.wrapping_sub(1),
+        first_seq: Tid(jsb.s_sequence),
+        last_seq: Tid(jsb.s_sequence).prev(),
         recover_flag: sb.has_incompat(feature::INCOMPAT_RECOVER),
         journal_errno: jsb.s_errno,
         ..Default::default()
@@ -102,8 +103,8 @@ pub fn recover(
     report.needed = true;
     let log = Log::new(dev, &map, &jsb);
     let end = log.scan()?;
-    report.transactions = end.wrapping_sub(jsb.s_sequence);
-    report.last_seq = end.wrapping_sub(1);
+    report.transactions = end.0.wrapping_sub(jsb.s_sequence);
+    report.last_seq = end.prev();
     let revokes = log.collect_revokes(end, &mut report)?;
     let home = Home::new(dev, &sb, &map, opts.write);
     log.replay(end, &revokes, &home, &mut report)?;
@@ -159,7 +160,7 @@ fn read_journal_superblock(
     map: &JournalMap,
     sb: &Superblock,
 ) -> Result<JournalSuperblock, RecoveryError> {
-    let buf = read_journal_block(dev, map, sb.block_size(), 0)?;
+    let buf = read_journal_block(dev, map, sb.block_size(), JournalBlock(0))?;
     let jsb = JournalSuperblock::parse(&buf)
         .map_err(|e| Corruption::new(Location::JournalBlock(0), e))?;
     if jsb.s_blocksize != sb.block_size() {
@@ -227,16 +228,16 @@ fn read_journal_block(
     dev: &dyn BlockDevice,
     map: &JournalMap,
     block_size: u32,
-    journal_block: u32,
+    journal_block: JournalBlock,
 ) -> Result<Vec<u8>, RecoveryError> {
     let disk = map.disk_block(journal_block).ok_or_else(|| {
         let err = FormatError::bad_field(
             "journal",
             "block",
-            journal_block,
+            journal_block.0,
             "beyond the journal inode",
         );
-        Corruption::new(Location::JournalBlock(journal_block), err)
+        Corruption::new(Location::JournalBlock(journal_block.0), err)
     })?;
     let mut buf = vec![0u8; block_size as usize];
     dev.read_at(&mut buf, u64::from(disk.0) * u64::from(block_size))?;
@@ -247,14 +248,14 @@ fn read_journal_block(
 enum Record {
     /// Tags for the data blocks that follow, starting at journal block `data`.
     Descriptor {
-        seq: u32,
+        seq: Tid,
         tags: Vec<JournalTag>,
-        data: u32,
+        data: JournalBlock,
     },
     Commit,
     Revoke {
-        seq: u32,
-        at: u32,
+        seq: Tid,
+        at: JournalBlock,
         block: Vec<u8>,
     },
 }
@@ -262,8 +263,8 @@ enum Record {
 /// Where a pass is: the next log block, the transaction expected there, and
 /// how many log blocks have been consumed (so a corrupt log cannot loop).
 struct Cursor {
-    pos: u32,
-    seq: u32,
+    pos: JournalBlock,
+    seq: Tid,
     used: u32,
 }
 
@@ -272,10 +273,10 @@ struct Log<'a> {
     dev: &'a dyn BlockDevice,
     map: &'a JournalMap,
     block_size: u32,
-    first: u32,
+    first: JournalBlock,
     maxlen: u32,
-    start: u32,
-    sequence: u32,
+    start: JournalBlock,
+    sequence: Tid,
 }
 
 impl<'a> Log<'a> {
@@ -284,26 +285,26 @@ impl<'a> Log<'a> {
             dev,
             map,
             block_size: jsb.s_blocksize,
-            first: jsb.s_first,
+            first: JournalBlock(jsb.s_first),
             maxlen: jsb.s_maxlen,
-            start: jsb.s_start,
-            sequence: jsb.s_sequence,
+            start: JournalBlock(jsb.s_start),
+            sequence: Tid(jsb.s_sequence),
         }
     }
 
     /// Validation guarantees `s_first < s_maxlen`.
     fn len(&self) -> u32 {
-        self.maxlen - self.first
+        self.maxlen - self.first.0
     }
 
     /// The log block `n` after `pos`, wrapping from the end back to s_first.
-    fn wrap(&self, pos: u32, n: u32) -> u32 {
-        let off = u64::from(pos.saturating_sub(self.first)) + u64::from(n);
+    fn wrap(&self, pos: JournalBlock, n: u32) -> JournalBlock {
+        let off = u64::from(pos.0.saturating_sub(self.first.0)) + u64::from(n);
         // The remainder is below len(), a u32.
         self.first + (off % u64::from(self.len())) as u32
     }
 
-    fn read(&self, journal_block: u32) -> Result<Vec<u8>, RecoveryError> {
+    fn read(&self, journal_block: JournalBlock) -> Result<Vec<u8>, RecoveryError> {
         read_journal_block(self.dev, self.map, self.block_size, journal_block)
     }
 
@@ -326,7 +327,7 @@ impl<'a> Log<'a> {
         let Ok(h) = JournalHeader::parse(&block) else {
             return Ok(None);
         };
-        if h.h_sequence != c.seq {
+        if Tid(h.h_sequence) != c.seq {
             return Ok(None);
         }
         let (record, blocks) = match h.h_blocktype {
@@ -335,7 +336,7 @@ impl<'a> Log<'a> {
                 None => return Ok(None),
             },
             jbd::JBD2_COMMIT_BLOCK if CommitBlock::parse(&block).is_ok() => {
-                c.seq = c.seq.wrapping_add(1);
+                c.seq = c.seq.next();
                 (Record::Commit, 1)
             }
             jbd::JBD2_REVOKE_BLOCK => {
@@ -357,7 +358,7 @@ impl<'a> Log<'a> {
     }
 
     /// A descriptor and the log blocks it spans, if they fit in the log.
-    fn descriptor(&self, block: &[u8], here: u32, c: &Cursor) -> Option<(Record, u32)> {
+    fn descriptor(&self, block: &[u8], here: JournalBlock, c: &Cursor) -> Option<(Record, u32)> {
         let (_, tags) = jbd::parse_descriptor(block).ok()?;
         // At most block_size / 8 tags.
         let blocks = 1 + tags.len() as u32;
@@ -373,7 +374,7 @@ impl<'a> Log<'a> {
     }
 
     /// PASS_SCAN: the sequence after the last complete transaction.
-    fn scan(&self) -> Result<u32, RecoveryError> {
+    fn scan(&self) -> Result<Tid, RecoveryError> {
         let mut c = self.cursor();
         while self.next(&mut c)?.is_some() {}
         Ok(c.seq)
@@ -382,11 +383,11 @@ impl<'a> Log<'a> {
     /// Visits the records of the complete transactions, before `end`.
     fn walk(
         &self,
-        end: u32,
+        end: Tid,
         mut visit: impl FnMut(Record) -> Result<(), RecoveryError>,
     ) -> Result<(), RecoveryError> {
         let mut c = self.cursor();
-        while !tid_geq(c.seq, end) {
+        while !c.seq.geq(end) {
             match self.next(&mut c)? {
                 Some(record) => visit(record)?,
                 None => return Err(log_changed(c.pos)),
@@ -398,17 +399,17 @@ impl<'a> Log<'a> {
     /// PASS_REVOKE.
     fn collect_revokes(
         &self,
-        end: u32,
+        end: Tid,
         report: &mut RecoveryReport,
     ) -> Result<RevokeTable, RecoveryError> {
         let mut table = RevokeTable::new();
         self.walk(end, |record| {
             if let Record::Revoke { seq, at, block } = record {
                 let (_, blocks) = jbd::parse_revoke(&block)
-                    .map_err(|e| Corruption::new(Location::JournalBlock(at), e))?;
+                    .map_err(|e| Corruption::new(Location::JournalBlock(at.0), e))?;
                 report.revoke_records += blocks.len() as u64;
                 for b in blocks {
-                    table.set(b, seq);
+                    table.set(BlockNo(b), seq);
                 }
             }
             Ok(())
@@ -419,7 +420,7 @@ impl<'a> Log<'a> {
     /// PASS_REPLAY.
     fn replay(
         &self,
-        end: u32,
+        end: Tid,
         revokes: &RevokeTable,
         home: &Home,
         report: &mut RecoveryReport,
@@ -439,22 +440,22 @@ impl<'a> Log<'a> {
     fn replay_block(
         &self,
         tag: &JournalTag,
-        seq: u32,
-        from: u32,
+        seq: Tid,
+        from: JournalBlock,
         revokes: &RevokeTable,
         home: &Home,
         report: &mut RecoveryReport,
     ) -> Result<(), RecoveryError> {
-        let target = tag.t_blocknr;
+        let target = BlockNo(tag.t_blocknr);
         if revokes.is_revoked(target, seq) {
             report.blocks_revoked += 1;
             return Ok(());
         }
         if !home.is_valid(target) {
             tracing::warn!(
-                block = target,
-                transaction = seq,
-                journal_block = from,
+                block = target.0,
+                transaction = seq.0,
+                journal_block = from.0,
                 "journal tag names a block outside the filesystem or inside the journal; skipped"
             );
             report.bad_blocks += 1;
@@ -473,14 +474,14 @@ impl<'a> Log<'a> {
 
 /// Between passes nothing writes the log (replay never targets journal
 /// blocks), so a pass that ends early means the device changed under us.
-fn log_changed(pos: u32) -> RecoveryError {
+fn log_changed(pos: JournalBlock) -> RecoveryError {
     let err = FormatError::bad_field(
         "journal",
         "log",
-        pos,
+        pos.0,
         "log ended early in a later recovery pass: the journal changed during recovery",
     );
-    Corruption::new(Location::JournalBlock(pos), err).into()
+    Corruption::new(Location::JournalBlock(pos.0), err).into()
 }
 
 /// Where replayed blocks go.
@@ -492,7 +493,7 @@ struct Home<'a> {
     first_block: u32,
     blocks_count: u32,
     /// Writing a journal block home would corrupt the log being replayed.
-    journal: HashSet<u32>,
+    journal: HashSet<BlockNo>,
     write: bool,
 }
 
@@ -503,19 +504,19 @@ impl<'a> Home<'a> {
             block_size: sb.block_size(),
             first_block: sb.s_first_data_block,
             blocks_count: sb.s_blocks_count,
-            journal: map.blocks().iter().copied().collect(),
+            journal: map.blocks().iter().map(|&b| BlockNo(b)).collect(),
             write,
         }
     }
 
-    fn is_valid(&self, b: u32) -> bool {
-        b >= self.first_block && b < self.blocks_count && !self.journal.contains(&b)
+    fn is_valid(&self, b: BlockNo) -> bool {
+        b.0 >= self.first_block && b.0 < self.blocks_count && !self.journal.contains(&b)
     }
 
-    fn write(&self, b: u32, block: &[u8]) -> Result<(), RecoveryError> {
+    fn write(&self, b: BlockNo, block: &[u8]) -> Result<(), RecoveryError> {
         if self.write {
             self.dev
-                .write_at(block, u64::from(b) * u64::from(self.block_size))?;
+                .write_at(block, u64::from(b.0) * u64::from(self.block_size))?;
         }
         Ok(())
     }
@@ -527,14 +528,14 @@ fn finish(
     dev: &dyn BlockDevice,
     map: &JournalMap,
     mut jsb: JournalSuperblock,
-    end: u32,
+    end: Tid,
 ) -> Result<(), RecoveryError> {
     dev.flush()?;
     jsb.s_start = 0;
     // As jbd2 does, skip one sequence number past the last complete
     // transaction: blocks of the incomplete one may remain in the log and
     // must never be taken for part of the next log.
-    jsb.s_sequence = end.wrapping_add(1);
+    jsb.s_sequence = end.next().0;
     write_journal_superblock(dev, map, &jsb)?;
     dev.flush()?;
     // The superblock as replay left it: the one read before replay would
@@ -551,10 +552,10 @@ fn write_journal_superblock(
     map: &JournalMap,
     jsb: &JournalSuperblock,
 ) -> Result<(), RecoveryError> {
-    let mut block = read_journal_block(dev, map, jsb.s_blocksize, 0)?;
+    let mut block = read_journal_block(dev, map, jsb.s_blocksize, JournalBlock(0))?;
     let bytes = jsb.to_bytes();
     block[..bytes.len()].copy_from_slice(&bytes);
-    let disk = map.disk_block(0).map_or(0, |b| b.0);
+    let disk = map.disk_block(JournalBlock(0)).map_or(0, |b| b.0);
     dev.write_at(&block, u64::from(disk) * u64::from(jsb.s_blocksize))?;
     Ok(())
 }

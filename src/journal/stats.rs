@@ -2,7 +2,7 @@
 
 use std::sync::atomic::Ordering::Relaxed;
 
-use super::transaction::Journal;
+use super::journal::Journal;
 
 impl Journal {
     /// The statistics text, as /proc/fs/jbd2/*/info prints it, plus the
