@@ -67,9 +67,7 @@ impl FileDevice {
             } else {
                 LockKind::Write
             };
-            if !lock::try_lock(&file, kind)? {
-                return Err(lock::in_use_error(path, &file));
-            }
+            lock_soon(path, &file, kind)?;
         }
         // Seeking to the end gives the size of block devices and files alike.
         let size = file.seek(SeekFrom::End(0))?;
@@ -260,6 +258,23 @@ fn pwritev_all(file: &File, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()>
                 left = 0;
             }
         }
+    }
+    Ok(())
+}
+
+/// Takes the image's lock, giving a holder that is about to let go a
+/// moment: in a process with threads, a child forked to run a program
+/// (e2fsck from a test, a helper from a daemon) holds a copy of every
+/// descriptor, and so of an image's lock, until it execs, even after the
+/// parent has closed its own. That lasts milliseconds; a real holder is
+/// still there after a second.
+fn lock_soon(path: &Path, file: &File, kind: LockKind) -> io::Result<()> {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    while !lock::try_lock(file, kind)? {
+        if std::time::Instant::now() >= deadline {
+            return Err(lock::in_use_error(path, file));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
     }
     Ok(())
 }
