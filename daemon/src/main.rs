@@ -171,7 +171,9 @@ fn init_logging(debug: bool) -> anyhow::Result<()> {
         Ok(spec) => {
             EnvFilter::try_new(&spec).with_context(|| format!("invalid RUST_LOG {spec:?}"))?
         }
-        Err(_) => EnvFilter::new(if debug { "debug" } else { "info" }),
+        // A mount prints nothing unless something is wrong, as mount(8) users
+        // expect; -o debug (or RUST_LOG) shows the rest.
+        Err(_) => EnvFilter::new(if debug { "debug" } else { "warn" }),
     };
     tracing_subscriber::fmt()
         .with_env_filter(filter)
