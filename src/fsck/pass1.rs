@@ -447,6 +447,19 @@ fn claim_block(
     t: &mut Tally,
     dir_blocks: Option<&mut Vec<DirBlock>>,
 ) -> Act {
+    if let (Some(_), Claim::Data(l)) = (&dir_blocks, claim) {
+        if l > max_dir_block(ctx.bs) {
+            // e2fsck's PR_1_TOOBIG_DIR: past 2 GiB a directory's block is
+            // ignored (or cleared); its holes are not offered one by one.
+            let msg = format!(
+                "Inode {ino} is too big.  Block #{l} ({blk}) causes directory to be too big.  "
+            );
+            if ctx.problems.ask(&msg, "CLEARED") {
+                return Act::Clear;
+            }
+            return Act::Keep;
+        }
+    }
     if !ctx.block_ok(blk) {
         let which = match claim {
             Claim::Data(l) => format!("#{l}"),
@@ -477,6 +490,12 @@ fn claim_block(
         mark_used(ctx, blk);
     }
     Act::Keep
+}
+
+/// The last logical block a directory may have without largedir: 2 GiB,
+/// e2fsck's `1 << (21 - s_log_block_size)`.
+fn max_dir_block(block_size: u32) -> u64 {
+    (1u64 << 31) / u64::from(block_size.max(1024))
 }
 
 /// Directory blocks below the last one that are not mapped: pass 2 offers
