@@ -88,25 +88,20 @@ done
 labels=()
 for b in "${builds[@]}"; do labels+=("${b%%=*}"); done
 section "before and after ($(date -u +%F), $rounds rounds, medians)"
-python3 - "$results" "${labels[@]}" <<'EOF'
+PYTHONPATH="$JBDFS_ROOT/scripts" python3 - "$results" "${labels[@]}" <<'EOF'
 import statistics
 import sys
 
+from bench_report import num, ratio, table
+
 path, labels = sys.argv[1], sys.argv[2:]
 runs = {}
-order = []
 for line in open(path):
     label, _round, figure, value = line.rstrip("\n").split("\t")
-    if figure not in order:
-        order.append(figure)
-    runs.setdefault((figure, label), []).append(float(value))
-head = ["figure"] + labels + [f"{l}/{labels[0]}" for l in labels[1:]]
-print("| " + " | ".join(head) + " |")
-print("|" + "---|" * len(head))
-for figure in order:
-    meds = [statistics.median(runs[(figure, l)]) if (figure, l) in runs else None for l in labels]
-    cells = [f"{m:,.0f}" if m is not None else "-" for m in meds]
-    base = meds[0]
-    cells += [f"{m / base:.2f}" if m and base else "-" for m in meds[1:]]
-    print("| " + figure + " | " + " | ".join(cells) + " |")
+    runs.setdefault(figure, {}).setdefault(label, []).append(float(value))
+rows = []
+for figure, by_label in runs.items():
+    meds = [statistics.median(by_label[l]) if l in by_label else None for l in labels]
+    rows.append([figure] + [num(m) for m in meds] + [ratio(m, meds[0]) for m in meds[1:]])
+table(["figure"] + labels + [f"{l}/{labels[0]}" for l in labels[1:]], rows)
 EOF
