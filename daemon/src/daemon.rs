@@ -16,6 +16,8 @@ use jbdfs::device::lock::{self, LockKind};
 use jbdfs::device::{BlockDevice, FileDevice, OpenOptions, RecordingDevice, SimDevice};
 use jbdfs::fs::{Filesystem, MountConfig};
 
+use crate::fuse::JbdFuse;
+
 /// What the daemon needs, resolved from the command line and -o options.
 #[derive(Clone, Debug)]
 pub struct DaemonConfig {
@@ -27,6 +29,8 @@ pub struct DaemonConfig {
     pub direct_io: bool,
     /// -o direct_io: no kernel page cache for open files.
     pub fuse_direct_io: bool,
+    /// -o io_uring[,io_uring_q_depth=N]: how requests reach the daemon.
+    pub transport: crate::fuse::Transport,
     pub allow_other: bool,
     /// Generic mount options passed on to the kernel (dev, nosuid, ...).
     pub generic: Vec<String>,
@@ -273,10 +277,13 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
     if cfg.allow_other {
         config.acl = SessionACL::All;
     }
-    let session = fuser::Session::new(
-        crate::fuse::JbdFuse::new(fs.clone()).with_direct_io(cfg.fuse_direct_io),
+    let handler = Arc::new(JbdFuse::new(fs.clone()).with_direct_io(cfg.fuse_direct_io));
+    let session = crate::fuse::session::mount(
+        handler,
         &cfg.mountpoint,
         &config,
+        cfg.fuse_direct_io,
+        cfg.transport,
     );
     let mut session = match session {
         Ok(s) => s,
@@ -290,10 +297,16 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
         }
     };
     let unmounter = session.unmount_callable();
+    // A failure here leaves a kernel that waits for rings: dropping the
+    // session unmounts, so that nothing hangs on the mount.
+    let rings = session
+        .start()
+        .map_err(|e| anyhow::anyhow!("cannot start the io_uring queues: {e}"))?;
+    let serving = session.serving();
     let marks = recorder.zip(cfg.record.clone());
     let signals = SignalWatcher::start(unmounter, fs.clone(), marks)?;
-    let stats = StatsWriter::start(fs.clone(), cfg.stats.clone());
-    tracing::info!(source = %cfg.source.display(), mountpoint = %cfg.mountpoint.display(), "mounted");
+    let stats = StatsWriter::start(fs.clone(), cfg.stats.clone(), serving.to_string());
+    tracing::info!(source = %cfg.source.display(), mountpoint = %cfg.mountpoint.display(), transport = %serving, "mounted");
     if std::env::var_os(CHILD_ENV).is_some() {
         // The parent relays our stderr until it ends, then returns: from
         // here on nothing may write to that pipe, whose reader is going.
@@ -302,7 +315,7 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
     }
     // run() consumes the session: its handle on the filesystem is gone
     // when it returns.
-    let res = session.run();
+    let res = session.run(rings);
     drop(signals);
     let written = fs.unmount();
     if written.is_ok() {
@@ -455,19 +468,22 @@ impl Drop for SignalWatcher {
 struct StatsWriter {
     path: Option<PathBuf>,
     fs: Arc<Filesystem>,
+    /// The `transport:` line (io_uring queues and depth, or /dev/fuse workers).
+    transport: String,
     stop: Option<crossbeam_channel::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl StatsWriter {
-    fn start(fs: Arc<Filesystem>, path: Option<PathBuf>) -> StatsWriter {
+    fn start(fs: Arc<Filesystem>, path: Option<PathBuf>, transport: String) -> StatsWriter {
         let (tx, rx) = crossbeam_channel::bounded::<()>(0);
         let thread = path.clone().and_then(|p| {
             let fs = fs.clone();
+            let transport = transport.clone();
             std::thread::Builder::new()
                 .name("jbdfs-stats".into())
                 .spawn(move || loop {
-                    write_stats(&p, &fs);
+                    write_stats(&p, &fs, &transport);
                     // Ends at once when the sender is dropped.
                     if rx.recv_timeout(Duration::from_secs(1))
                         != Err(crossbeam_channel::RecvTimeoutError::Timeout)
@@ -480,6 +496,7 @@ impl StatsWriter {
         StatsWriter {
             path,
             fs,
+            transport,
             stop: Some(tx),
             thread,
         }
@@ -493,14 +510,15 @@ impl Drop for StatsWriter {
             let _ = t.join();
         }
         if let Some(p) = &self.path {
-            write_stats(p, &self.fs);
+            write_stats(p, &self.fs, &self.transport);
         }
     }
 }
 
-fn write_stats(path: &Path, fs: &Filesystem) {
+fn write_stats(path: &Path, fs: &Filesystem, transport: &str) {
     let tmp = path.with_extension("tmp");
-    let res = std::fs::write(&tmp, fs.journal_stats()).and_then(|()| std::fs::rename(&tmp, path));
+    let text = format!("{}transport: {transport}\n", fs.journal_stats());
+    let res = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
     if let Err(e) = res {
         tracing::warn!(path = %path.display(), "cannot write statistics: {e}");
     }

@@ -110,6 +110,12 @@ fn run(args: Args) -> anyhow::Result<()> {
         cache_size: usize::try_from(opts.cache_size).unwrap_or(usize::MAX),
         direct_io: opts.direct_io,
         fuse_direct_io: opts.fuse_direct_io,
+        transport: match opts.io_uring {
+            true => jbdfs_daemon::fuse::Transport::IoUring {
+                depth: opts.io_uring_q_depth,
+            },
+            false => jbdfs_daemon::fuse::Transport::DevFuse,
+        },
         allow_other: opts.generic.iter().any(|o| o == "allow_other"),
         generic: opts.generic.clone(),
         barrier: opts.barrier,

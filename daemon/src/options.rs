@@ -43,6 +43,10 @@ pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
 /// so batching does not need a worker per concurrent fsync.
 pub const DEFAULT_THREADS: usize = 8;
 pub const THREADS_RANGE: RangeInclusive<usize> = 1..=1024;
+/// Ring entries per CPU with `-o io_uring` (libfuse's default): each holds
+/// a 1 MiB payload buffer, touched only as far as requests fill it.
+pub const DEFAULT_IO_URING_Q_DEPTH: u32 = 8;
+pub const IO_URING_Q_DEPTH_RANGE: RangeInclusive<u32> = 1..=1024;
 
 /// How file data is ordered against the journal (`data=`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -185,6 +189,11 @@ pub struct MountOptions {
     /// Bypass the kernel's page cache for every open file (`-o direct_io`,
     /// libfuse's name): each read and write is a request to the daemon.
     pub fuse_direct_io: bool,
+    /// Serve requests over io_uring where the kernel offers it
+    /// (`-o io_uring`, libfuse's name), else over /dev/fuse.
+    pub io_uring: bool,
+    /// Ring entries per CPU queue (`-o io_uring_q_depth=N`).
+    pub io_uring_q_depth: u32,
     /// Directory changes are synchronous.
     pub dirsync: bool,
     /// All writes are synchronous.
@@ -217,6 +226,8 @@ impl Default for MountOptions {
             debug: false,
             direct_io: false,
             fuse_direct_io: false,
+            io_uring: false,
+            io_uring_q_depth: DEFAULT_IO_URING_Q_DEPTH,
             dirsync: false,
             sync: false,
             generic: Vec::new(),
@@ -332,6 +343,11 @@ impl MountOptions {
             "debug" => self.debug = flag(key, value)?,
             "direct" => self.direct_io = flag(key, value)?,
             "direct_io" => self.fuse_direct_io = flag(key, value)?,
+            "io_uring" => self.io_uring = flag(key, value)?,
+            "noio_uring" => self.io_uring = !flag(key, value)?,
+            "io_uring_q_depth" => {
+                self.io_uring_q_depth = in_range(key, value, IO_URING_Q_DEPTH_RANGE)?
+            }
             _ => return Ok(false),
         }
         Ok(true)
@@ -679,6 +695,17 @@ mod tests {
         ] {
             assert_bad_value(bad, "cache_size");
         }
+    }
+
+    #[test]
+    fn io_uring_options() {
+        let o = parse("io_uring,io_uring_q_depth=16");
+        assert!(o.io_uring);
+        assert_eq!(o.io_uring_q_depth, 16);
+        assert!(!parse("io_uring,noio_uring").io_uring);
+        assert_eq!(parse("rw").io_uring_q_depth, DEFAULT_IO_URING_Q_DEPTH);
+        assert_bad_value("io_uring_q_depth=0", "io_uring_q_depth");
+        assert_bad_value("io_uring_q_depth=1025", "io_uring_q_depth");
     }
 
     #[test]

@@ -84,6 +84,7 @@ impl Mounted {
             cache_size: 64 << 20,
             direct_io: false,
             fuse_direct_io: false,
+            transport: jbdfs_daemon::fuse::Transport::DevFuse,
             allow_other: false,
             generic: Vec::new(),
             barrier: true,

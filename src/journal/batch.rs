@@ -164,6 +164,21 @@ impl Journal {
         Duration::from_micros(floor) >= SLOW_COMMIT
     }
 
+    /// Whether a synchronous handle's batching wait may sleep. A caller
+    /// that must not block (a FUSE-over-io_uring queue thread serves every
+    /// request from its CPU) hands such work to a thread that may.
+    pub fn batching_sleeps(&self) -> bool {
+        match self.batching() {
+            Batching::Off | Batching::Yield => false,
+            Batching::Jiffies { n, .. } => n > 0,
+            Batching::Jbd2 { max_us, .. } => max_us > 0,
+            Batching::Auto { max_us } => {
+                let floor = self.counters.floor_commit_micros.load(Ordering::Relaxed);
+                max_us > 0 && Duration::from_micros(floor) >= AUTO_MIN_COMMIT
+            }
+        }
+    }
+
     fn average_commit(&self) -> Duration {
         Duration::from_micros(self.counters.avg_commit_micros.load(Ordering::Relaxed))
     }

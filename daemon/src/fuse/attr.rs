@@ -1,4 +1,5 @@
-//! Conversions between ext3 inodes and fuser's attribute types.
+//! Conversions between ext3 inodes, the transport-neutral [`Attr`] and
+//! fuser's attribute types.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -7,20 +8,20 @@ use fuser::{FileAttr, FileType, INodeNo};
 use jbdfs::format::dirent as de;
 use jbdfs::format::inode::{self as fi, Inode, Timestamp};
 
-pub fn to_system_time(t: Timestamp) -> SystemTime {
-    if t.sec >= 0 {
-        UNIX_EPOCH + Duration::new(t.sec as u64, t.nsec)
+use super::request::{Attr, NodeId};
+
+pub fn to_system_time((sec, nsec): (i64, u32)) -> SystemTime {
+    if sec >= 0 {
+        UNIX_EPOCH + Duration::new(sec as u64, nsec)
     } else {
-        UNIX_EPOCH - Duration::from_secs(t.sec.unsigned_abs()) + Duration::from_nanos(t.nsec as u64)
+        UNIX_EPOCH - Duration::from_secs(sec.unsigned_abs()) + Duration::from_nanos(nsec as u64)
     }
 }
 
-pub fn to_timestamp(t: SystemTime) -> Timestamp {
+/// (seconds, nanoseconds) since the epoch, nanoseconds always positive.
+pub fn from_system_time(t: SystemTime) -> (i64, u32) {
     match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => Timestamp {
-            sec: d.as_secs() as i64,
-            nsec: d.subsec_nanos(),
-        },
+        Ok(d) => (d.as_secs() as i64, d.subsec_nanos()),
         Err(e) => {
             let d = e.duration();
             let (mut sec, mut nsec) = (-(d.as_secs() as i64), d.subsec_nanos());
@@ -28,13 +29,17 @@ pub fn to_timestamp(t: SystemTime) -> Timestamp {
                 sec -= 1;
                 nsec = 1_000_000_000 - nsec;
             }
-            Timestamp { sec, nsec }
+            (sec, nsec)
         }
     }
 }
 
-pub fn kind_of_mode(mode: u16) -> FileType {
-    match mode & fi::S_IFMT {
+fn pair(t: Timestamp) -> (i64, u32) {
+    (t.sec, t.nsec)
+}
+
+pub fn kind_of_mode(mode: u32) -> FileType {
+    match (mode as u16) & fi::S_IFMT {
         fi::S_IFDIR => FileType::Directory,
         fi::S_IFLNK => FileType::Symlink,
         fi::S_IFCHR => FileType::CharDevice,
@@ -45,62 +50,73 @@ pub fn kind_of_mode(mode: u16) -> FileType {
     }
 }
 
-pub fn kind_of_dirent(ft: u8) -> FileType {
-    match ft {
-        de::EXT2_FT_DIR => FileType::Directory,
-        de::EXT2_FT_SYMLINK => FileType::Symlink,
-        de::EXT2_FT_CHRDEV => FileType::CharDevice,
-        de::EXT2_FT_BLKDEV => FileType::BlockDevice,
-        de::EXT2_FT_FIFO => FileType::NamedPipe,
-        de::EXT2_FT_SOCK => FileType::Socket,
+/// The DT_* type of an ext3 directory entry's file type.
+pub fn dtype_of_dirent(ft: u8) -> u32 {
+    let dt = match ft {
+        de::EXT2_FT_DIR => libc::DT_DIR,
+        de::EXT2_FT_SYMLINK => libc::DT_LNK,
+        de::EXT2_FT_CHRDEV => libc::DT_CHR,
+        de::EXT2_FT_BLKDEV => libc::DT_BLK,
+        de::EXT2_FT_FIFO => libc::DT_FIFO,
+        de::EXT2_FT_SOCK => libc::DT_SOCK,
+        _ => libc::DT_REG,
+    };
+    dt as u32
+}
+
+/// fuser's file type for a DT_* type.
+pub fn kind_of_dtype(dt: u32) -> FileType {
+    match dt as u8 {
+        libc::DT_DIR => FileType::Directory,
+        libc::DT_LNK => FileType::Symlink,
+        libc::DT_CHR => FileType::CharDevice,
+        libc::DT_BLK => FileType::BlockDevice,
+        libc::DT_FIFO => FileType::NamedPipe,
+        libc::DT_SOCK => FileType::Socket,
         _ => FileType::RegularFile,
     }
 }
 
-pub fn file_attr(ino: INodeNo, i: &Inode, block_size: u32) -> FileAttr {
+pub fn file_attr(ino: NodeId, i: &Inode, block_size: u32) -> Attr {
     let rdev = if i.is_device() {
         let (major, minor) = i.rdev();
         libc::makedev(major, minor) as u32
     } else {
         0
     };
-    FileAttr {
+    Attr {
         ino,
         size: i.i_size,
         blocks: i.i_blocks,
-        atime: to_system_time(i.i_atime),
-        mtime: to_system_time(i.i_mtime),
-        ctime: to_system_time(i.i_ctime),
-        crtime: to_system_time(i.i_crtime),
-        kind: kind_of_mode(i.i_mode),
-        perm: i.i_mode & 0o7777,
+        atime: pair(i.i_atime),
+        mtime: pair(i.i_mtime),
+        ctime: pair(i.i_ctime),
+        mode: i.i_mode as u32,
         nlink: i.i_links_count as u32,
         uid: i.i_uid,
         gid: i.i_gid,
         rdev,
         blksize: block_size,
-        flags: 0,
     }
 }
 
-/// The attributes of a negative entry: node 0 tells the kernel the name
-/// does not exist; the rest is ignored.
-pub fn negative_attr() -> FileAttr {
+/// fuser's form of an [`Attr`].
+pub fn to_fuser(a: &Attr) -> FileAttr {
     FileAttr {
-        ino: INodeNo(0),
-        size: 0,
-        blocks: 0,
-        atime: UNIX_EPOCH,
-        mtime: UNIX_EPOCH,
-        ctime: UNIX_EPOCH,
-        crtime: UNIX_EPOCH,
-        kind: FileType::RegularFile,
-        perm: 0,
-        nlink: 0,
-        uid: 0,
-        gid: 0,
-        rdev: 0,
-        blksize: 0,
+        ino: INodeNo(a.ino),
+        size: a.size,
+        blocks: a.blocks,
+        atime: to_system_time(a.atime),
+        mtime: to_system_time(a.mtime),
+        ctime: to_system_time(a.ctime),
+        crtime: to_system_time(a.ctime),
+        kind: kind_of_mode(a.mode),
+        perm: (a.mode & 0o7777) as u16,
+        nlink: a.nlink,
+        uid: a.uid,
+        gid: a.gid,
+        rdev: a.rdev,
+        blksize: a.blksize,
         flags: 0,
     }
 }

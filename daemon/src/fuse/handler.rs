@@ -1,0 +1,547 @@
+//! What each FUSE operation does on a jbdfs filesystem: decode nothing,
+//! encode nothing, call [`jbdfs::fs`] and say what to answer. Both
+//! transports (fuser's /dev/fuse session and the io_uring rings) call this
+//! one [`Handler`].
+
+use std::sync::Arc;
+
+use jbdfs::format::inode::{Inode, Timestamp};
+use jbdfs::format::InodeNo;
+use jbdfs::fs::namei::{Caller, RenameFlags, SetAttr};
+use jbdfs::fs::xattr::SetMode;
+use jbdfs::fs::{Filesystem, FsError};
+
+use super::attr;
+use super::request::*;
+use super::runners;
+
+/// FOPEN_DIRECT_IO and FOPEN_KEEP_CACHE (`include/uapi/linux/fuse.h`).
+const FOPEN_DIRECT_IO: u32 = 1 << 0;
+const FOPEN_KEEP_CACHE: u32 = 1 << 1;
+
+/// At most this many fsyncs wait on runners side by side; past it they
+/// queue for the first runner to come free.
+const MAX_FSYNC_RUNNERS: usize = 256;
+
+thread_local! {
+    /// Each thread's read buffer, kept across requests (see
+    /// `Filesystem::read_buf`): a fresh zeroed buffer per read cost about
+    /// 5% of a sequential read's daemon time. A transport gives it back
+    /// with [`recycle`] once the answer is sent.
+    static READ_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Returns an answer's data buffer to this thread for the next read.
+pub fn recycle(buf: Vec<u8>) {
+    READ_BUF.with_borrow_mut(|b| {
+        if buf.capacity() > b.capacity() {
+            *b = buf;
+        }
+    });
+}
+
+fn take_read_buf() -> Vec<u8> {
+    READ_BUF.with_borrow_mut(std::mem::take)
+}
+
+/// The errno for an error: the one place where errors become numbers.
+pub fn errno(e: &FsError) -> Errno {
+    if let FsError::Corrupt(_) | FsError::Io(_) = e {
+        tracing::error!("{e}");
+    }
+    Errno::from_i32(e.errno())
+}
+
+/// ext3's root is inode 2; FUSE's is 1.
+pub fn to_ext3(ino: NodeId) -> InodeNo {
+    if ino == 1 {
+        InodeNo(2)
+    } else {
+        InodeNo(ino.min(u32::MAX as u64) as u32)
+    }
+}
+
+pub fn to_fuse(ino: InodeNo) -> NodeId {
+    if ino.0 == 2 {
+        1
+    } else {
+        ino.0 as u64
+    }
+}
+
+fn caller(ctx: &Ctx) -> Caller {
+    Caller {
+        uid: ctx.uid,
+        gid: ctx.gid,
+    }
+}
+
+fn time(t: TimeSet) -> Timestamp {
+    match t {
+        TimeSet::At { sec, nsec } => Timestamp { sec, nsec },
+        TimeSet::Now => {
+            let (sec, nsec) = jbdfs::util::now();
+            Timestamp { sec, nsec }
+        }
+    }
+}
+
+fn einval() -> Errno {
+    Errno::from_i32(libc::EINVAL)
+}
+
+/// getxattr/listxattr: the size when asked for it, ERANGE when the
+/// caller's buffer is too small.
+fn sized(data: Vec<u8>, size: u32) -> Outcome {
+    if size == 0 {
+        Ok(Answer::XattrSize(data.len() as u32))
+    } else if (size as usize) < data.len() {
+        Err(Errno::from_i32(libc::ERANGE))
+    } else {
+        Ok(Answer::Data(data))
+    }
+}
+
+/// The FUSE face of a mounted filesystem.
+pub struct JbdFuse {
+    fs: Arc<Filesystem>,
+    /// Where fsyncs wait when the device is slow (see runners.rs).
+    fsync_runners: Arc<runners::Runners>,
+    /// FOPEN_* flags every open and create answers: the kernel's page
+    /// cache is kept (every change to a file passes through this mount,
+    /// so cached pages are never stale), or bypassed with `-o direct_io`.
+    open_flags: u32,
+}
+
+impl JbdFuse {
+    pub fn new(fs: Arc<Filesystem>) -> Self {
+        JbdFuse {
+            fs,
+            fsync_runners: runners::Runners::new("jbdfs-fsync", MAX_FSYNC_RUNNERS),
+            open_flags: FOPEN_KEEP_CACHE,
+        }
+    }
+
+    /// `-o direct_io`: open files bypass the kernel's page cache.
+    pub fn with_direct_io(mut self, on: bool) -> Self {
+        self.open_flags = if on {
+            FOPEN_DIRECT_IO
+        } else {
+            FOPEN_KEEP_CACHE
+        };
+        self
+    }
+
+    pub fn direct_io(&self) -> bool {
+        self.open_flags & FOPEN_DIRECT_IO != 0
+    }
+
+    /// The errno for a failed request, after the errors= policy has seen
+    /// the error (corruption found while serving it).
+    fn fail(&self, e: &FsError) -> Errno {
+        self.fs.report_error(e, "jbdfs_fuse_request");
+        errno(e)
+    }
+
+    fn done<T>(&self, res: Result<T, FsError>, answer: impl FnOnce(T) -> Answer) -> Outcome {
+        res.map(answer).map_err(|e| self.fail(&e))
+    }
+
+    fn attr(&self, ino: InodeNo, inode: &Inode) -> Attr {
+        attr::file_attr(to_fuse(ino), inode, self.fs.block_size())
+    }
+
+    fn entry(&self, ino: InodeNo, inode: &Inode) -> EntryOut {
+        EntryOut {
+            attr: self.attr(ino, inode),
+            generation: inode.i_generation as u64,
+        }
+    }
+
+    /// An entry the kernel will hold a lookup reference on.
+    fn entry_answer(&self, res: Result<(InodeNo, Inode), FsError>) -> Outcome {
+        self.done(res, |(ino, inode)| {
+            self.fs.remember(ino);
+            Answer::Entry(self.entry(ino, &inode))
+        })
+    }
+
+    /// An fsync whose reply is sent by the thread that finishes the
+    /// commit: the calling thread goes back to the kernel for the next
+    /// request instead of sleeping until the commit ends. On a device
+    /// whose commits are slow, and on a ring thread whenever batching may
+    /// sleep (it serves every request from its CPU), the data write, the
+    /// batching wait and the commit run on a runner instead.
+    fn fsync_then_reply(&self, ctx: &Ctx, ino: NodeId, datasync: bool, reply: impl Responder) {
+        let fs = self.fs.clone();
+        let pid = ctx.pid;
+        let job = move || {
+            jbdfs::fs::set_caller(pid);
+            let reporter = fs.clone();
+            let done = move |res: Result<(), FsError>| match res {
+                Ok(()) => reply.respond(Ok(Answer::Empty)),
+                Err(e) => {
+                    reporter.report_error(&e, "jbdfs_fsync");
+                    reply.respond(Err(errno(&e)));
+                }
+            };
+            fs.fsync_then(to_ext3(ino), datasync, Box::new(done));
+        };
+        let journal = self.fs.journal();
+        let off_thread =
+            journal.commits_are_slow() || (ctx.must_not_block && journal.batching_sleeps());
+        if !off_thread {
+            return job();
+        }
+        let span = tracing::Span::current();
+        self.fsync_runners.run(Box::new(move || {
+            let _s = span.entered();
+            job();
+        }));
+    }
+
+    fn lookup(&self, parent: NodeId, name: &[u8]) -> Outcome {
+        match self.fs.lookup(to_ext3(parent), name) {
+            // A name that is not there is answered with node 0 and a
+            // timeout: the kernel keeps the negative dentry, so asking again
+            // (a build's include search, a stat before a create) costs no
+            // round trip. Every create goes through the kernel, which turns
+            // the negative entry positive itself.
+            Err(FsError::NotFound) => Ok(Answer::Entry(EntryOut::negative())),
+            res => self.entry_answer(res),
+        }
+    }
+
+    fn getattr(&self, ino: NodeId) -> Outcome {
+        let ext = to_ext3(ino);
+        self.done(self.fs.getattr(ext), |i| Answer::Attr(self.attr(ext, &i)))
+    }
+
+    fn setattr(&self, ctx: &Ctx, ino: NodeId, set: &SetattrIn) -> Outcome {
+        let changes = SetAttr {
+            mode: set.mode.map(|m| m as u16),
+            uid: set.uid,
+            gid: set.gid,
+            size: set.size,
+            atime: set.atime.map(time),
+            mtime: set.mtime.map(time),
+            ctime: set.ctime.map(|(sec, nsec)| Timestamp { sec, nsec }),
+        };
+        let ext = to_ext3(ino);
+        let res = self.fs.setattr(ext, &changes, caller(ctx));
+        self.done(res, |i| Answer::Attr(self.attr(ext, &i)))
+    }
+
+    /// mknod, mkdir and create: the mode as the caller's umask leaves it.
+    fn masked(mode: u32, umask: u32) -> u16 {
+        (mode & !(umask & 0o777)) as u16
+    }
+
+    fn rename(&self, p: NodeId, name: &[u8], np: NodeId, newname: &[u8], flags: u32) -> Outcome {
+        if flags & RENAME_WHITEOUT != 0 || flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 {
+            return Err(einval());
+        }
+        let f = RenameFlags {
+            noreplace: flags & RENAME_NOREPLACE != 0,
+            exchange: flags & RENAME_EXCHANGE != 0,
+        };
+        let res = self.fs.rename(to_ext3(p), name, to_ext3(np), newname, f);
+        self.done(res, |()| Answer::Empty)
+    }
+
+    fn link(&self, ino: NodeId, newparent: NodeId, newname: &[u8]) -> Outcome {
+        let ext = to_ext3(ino);
+        let res = self.fs.link(ext, to_ext3(newparent), newname);
+        self.entry_answer(res.map(|inode| (ext, inode)))
+    }
+
+    fn read(&self, ino: NodeId, offset: u64, size: u32) -> Outcome {
+        let mut buf = take_read_buf();
+        match self.fs.read_buf(to_ext3(ino), offset, size, &mut buf) {
+            Ok(n) => {
+                buf.truncate(n);
+                Ok(Answer::Data(buf))
+            }
+            Err(e) => {
+                recycle(buf);
+                Err(self.fail(&e))
+            }
+        }
+    }
+
+    fn opendir(&self, ino: NodeId) -> Outcome {
+        match self.fs.getattr(to_ext3(ino)) {
+            Ok(i) if i.is_dir() => Ok(Answer::Open(OpenOut::default())),
+            Ok(_) => Err(Errno::from_i32(libc::ENOTDIR)),
+            Err(e) => Err(self.fail(&e)),
+        }
+    }
+
+    fn readdir(&self, ino: NodeId, offset: u64) -> Outcome {
+        let res = self.fs.readdir(to_ext3(ino), offset, 256);
+        self.done(res, |entries| {
+            let list = entries
+                .into_iter()
+                .map(|e| DirEntry {
+                    ino: to_fuse(e.ino),
+                    next: e.next,
+                    kind: attr::dtype_of_dirent(e.file_type),
+                    name: e.name,
+                })
+                .collect();
+            Answer::Dir(list)
+        })
+    }
+
+    fn readdirplus(&self, ino: NodeId, offset: u64) -> Outcome {
+        let listed = self
+            .fs
+            .readdir(to_ext3(ino), offset, 128)
+            .map_err(|e| self.fail(&e))?;
+        let mut entries = Vec::with_capacity(listed.len());
+        for e in listed {
+            let inode = self.fs.getattr(e.ino).map_err(|err| self.fail(&err))?;
+            entries.push(DirPlusEntry {
+                entry: self.entry(e.ino, &inode),
+                dirent: DirEntry {
+                    ino: to_fuse(e.ino),
+                    next: e.next,
+                    kind: attr::dtype_of_dirent(e.file_type),
+                    name: e.name,
+                },
+            });
+        }
+        let fs = self.fs.clone();
+        // The kernel takes a lookup reference for every entry but . and ..
+        let on_sent = move |sent: &[DirPlusEntry]| {
+            for e in sent {
+                if e.dirent.name != b"." && e.dirent.name != b".." {
+                    fs.remember(to_ext3(e.dirent.ino));
+                }
+            }
+        };
+        Ok(Answer::DirPlus(DirPlus {
+            entries,
+            on_sent: Some(Box::new(on_sent)),
+        }))
+    }
+
+    fn statfs(&self) -> Outcome {
+        self.done(self.fs.statfs(), |s| {
+            Answer::Statfs(StatfsOut {
+                blocks: s.blocks,
+                bfree: s.free_blocks,
+                bavail: s.available,
+                files: s.inodes,
+                ffree: s.free_inodes,
+                bsize: s.block_size,
+                namelen: s.name_max,
+                frsize: s.block_size,
+            })
+        })
+    }
+
+    fn setxattr(&self, ino: NodeId, name: &[u8], value: &[u8], flags: i32) -> Outcome {
+        let mode = match flags {
+            0 => SetMode::Either,
+            libc::XATTR_CREATE => SetMode::Create,
+            libc::XATTR_REPLACE => SetMode::Replace,
+            _ => return Err(einval()),
+        };
+        let res = self.fs.setxattr(to_ext3(ino), name, value, mode);
+        self.done(res, |()| Answer::Empty)
+    }
+
+    fn create(&self, ctx: &Ctx, parent: NodeId, name: &[u8], mode: u16) -> Outcome {
+        let made = self
+            .fs
+            .mknod(to_ext3(parent), name, mode, 0, caller(ctx))
+            .and_then(|(ino, inode)| self.fs.open(ino).map(|()| (ino, inode)));
+        self.done(made, |(ino, inode)| {
+            self.fs.remember(ino);
+            let open = OpenOut {
+                fh: 0,
+                flags: self.open_flags,
+            };
+            Answer::Create(self.entry(ino, &inode), open)
+        })
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn copy_file_range(
+        &self,
+        ctx: &Ctx,
+        ino_in: NodeId,
+        offset_in: u64,
+        ino_out: NodeId,
+        offset_out: u64,
+        len: u64,
+        flags: u64,
+    ) -> Outcome {
+        if flags != 0 {
+            return Err(einval());
+        }
+        let (src, dst) = (to_ext3(ino_in), to_ext3(ino_out));
+        let copied = self
+            .fs
+            .copy_range(src, offset_in, dst, offset_out, len, ctx.uid == 0);
+        self.done(copied, |n| Answer::Written(n as u32))
+    }
+
+    fn fallocate(&self, ctx: &Ctx, ino: NodeId, offset: u64, length: u64, mode: i32) -> Outcome {
+        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+            return Err(Errno::from_i32(libc::EOPNOTSUPP));
+        }
+        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+        let res = self
+            .fs
+            .fallocate(to_ext3(ino), offset, length, keep_size, ctx.uid == 0);
+        self.done(res, |()| Answer::Empty)
+    }
+
+    /// Every operation that answers at once.
+    fn answer(&self, ctx: &Ctx, op: Op<'_>) -> Outcome {
+        let fs = &self.fs;
+        let empty = |res: Result<(), FsError>| self.done(res, |()| Answer::Empty);
+        match op {
+            Op::Lookup { parent, name } => self.lookup(parent, name),
+            Op::Getattr { ino } => self.getattr(ino),
+            Op::Setattr { ino, set } => self.setattr(ctx, ino, &set),
+            Op::Readlink { ino } => self.done(fs.readlink(to_ext3(ino)), Answer::Data),
+            Op::Symlink {
+                parent,
+                name,
+                target,
+            } => self.entry_answer(fs.symlink(to_ext3(parent), name, target, caller(ctx))),
+            Op::Mknod {
+                parent,
+                name,
+                mode,
+                umask,
+                rdev,
+            } => {
+                let mode = Self::masked(mode, umask);
+                self.entry_answer(fs.mknod(to_ext3(parent), name, mode, rdev, caller(ctx)))
+            }
+            Op::Mkdir {
+                parent,
+                name,
+                mode,
+                umask,
+            } => {
+                let mode = Self::masked(mode, umask);
+                self.entry_answer(fs.mkdir(to_ext3(parent), name, mode, caller(ctx)))
+            }
+            Op::Unlink { parent, name } => empty(fs.unlink(to_ext3(parent), name)),
+            Op::Rmdir { parent, name } => empty(fs.rmdir(to_ext3(parent), name)),
+            Op::Rename {
+                parent,
+                name,
+                newparent,
+                newname,
+                flags,
+            } => self.rename(parent, name, newparent, newname, flags),
+            Op::Link {
+                ino,
+                newparent,
+                newname,
+            } => self.link(ino, newparent, newname),
+            Op::Open { ino, .. } => self.done(fs.open(to_ext3(ino)), |()| {
+                Answer::Open(OpenOut {
+                    fh: 0,
+                    flags: self.open_flags,
+                })
+            }),
+            Op::Read { ino, offset, size } => self.read(ino, offset, size),
+            Op::Write { ino, offset, data } => {
+                let res = fs.write(to_ext3(ino), offset, data, ctx.uid == 0);
+                self.done(res, |n| Answer::Written(n as u32))
+            }
+            Op::Statfs => self.statfs(),
+            Op::Release { ino } => empty(fs.release(to_ext3(ino))),
+            Op::Setxattr {
+                ino,
+                name,
+                value,
+                flags,
+            } => self.setxattr(ino, name, value, flags),
+            Op::Getxattr { ino, name, size } => fs
+                .getxattr(to_ext3(ino), name)
+                .map_err(|e| self.fail(&e))
+                .and_then(|v| sized(v, size)),
+            Op::Listxattr { ino, size } => fs
+                .listxattr(to_ext3(ino))
+                .map_err(|e| self.fail(&e))
+                .and_then(|v| sized(v, size)),
+            Op::Removexattr { ino, name } => empty(fs.removexattr(to_ext3(ino), name)),
+            // close(2) has nothing to do here: data reaches the daemon
+            // through the kernel's writeback (which close already waits
+            // for), and locks are the kernel's. ENOSYS tells the kernel so
+            // once, and it stops sending FLUSH: one round trip less a close.
+            Op::Flush { .. } => Err(Errno::from_i32(libc::ENOSYS)),
+            Op::Opendir { ino } => self.opendir(ino),
+            Op::Readdir { ino, offset, .. } => self.readdir(ino, offset),
+            Op::Readdirplus { ino, offset, .. } => self.readdirplus(ino, offset),
+            Op::Releasedir { .. } => Ok(Answer::Empty),
+            // Permission checks are the kernel's (default_permissions);
+            // this only confirms the inode exists.
+            Op::Access { ino, .. } => empty(fs.getattr(to_ext3(ino)).map(|_| ())),
+            Op::Create {
+                parent,
+                name,
+                mode,
+                umask,
+                ..
+            } => self.create(ctx, parent, name, Self::masked(mode, umask)),
+            // No ioctls are served (ext3's flag ioctls among them): ENOTTY,
+            // what a file without the ioctl answers, and quietly, since
+            // programs probe them on every file.
+            Op::Ioctl { .. } => Err(Errno::from_i32(libc::ENOTTY)),
+            Op::Fallocate {
+                ino,
+                offset,
+                length,
+                mode,
+            } => self.fallocate(ctx, ino, offset, length, mode),
+            Op::CopyFileRange {
+                ino_in,
+                offset_in,
+                ino_out,
+                offset_out,
+                len,
+                flags,
+            } => self.copy_file_range(ctx, ino_in, offset_in, ino_out, offset_out, len, flags),
+            Op::Lseek { .. } | Op::Unsupported { .. } => Err(Errno::from_i32(libc::ENOSYS)),
+            // dispatch answers these later, from the commit.
+            Op::Fsync { .. } | Op::Fsyncdir { .. } => Err(Errno::from_i32(libc::EIO)),
+        }
+    }
+}
+
+impl Handler for JbdFuse {
+    fn dispatch(&self, ctx: &Ctx, op: Op<'_>, reply: impl Responder) {
+        let _s = tracing::debug_span!(
+            "request",
+            unique = ctx.unique,
+            op = op.name(),
+            ino = op.node()
+        )
+        .entered();
+        match op {
+            Op::Fsync { ino, datasync } | Op::Fsyncdir { ino, datasync } => {
+                self.fsync_then_reply(ctx, ino, datasync, reply)
+            }
+            op => reply.respond(self.answer(ctx, op)),
+        }
+    }
+
+    fn forget(&self, ino: NodeId, nlookup: u64) {
+        self.fs.forget(to_ext3(ino), nlookup);
+    }
+
+    fn destroy(&self) {
+        if let Err(e) = self.fs.unmount() {
+            tracing::error!("unmount failed: {e}");
+        }
+    }
+}

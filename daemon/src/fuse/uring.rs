@@ -1,0 +1,525 @@
+//! FUSE over io_uring (Linux 6.14+): one ring and one thread per possible
+//! CPU, pinned to it, each with `depth` entries registered with the
+//! kernel. The kernel puts a request on the queue of the CPU its caller
+//! runs on, so the caller, the ring thread and the reply stay on one CPU:
+//! no cross-CPU wake-up per request, which is what /dev/fuse costs.
+//!
+//! A ring entry is a header buffer (`struct fuse_uring_req_header`) and a
+//! payload buffer. The kernel fills them and completes the entry's command;
+//! the thread decodes ([`abi::decode`]), calls the [`Handler`], encodes the
+//! answer into the same buffers and sends COMMIT_AND_FETCH, which both
+//! answers and re-arms the entry. Answers given on another thread (fsync,
+//! from the commit thread) travel back over a channel, and a byte on a pipe
+//! that the ring reads wakes the thread: only the ring's own thread touches
+//! its submission queue.
+//!
+//! The kernel holds every request until each queue has an entry
+//! registered; FORGET, INTERRUPT and notifications stay on /dev/fuse.
+
+use std::cell::RefCell;
+use std::io::{self, Write};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::{JoinHandle, ThreadId};
+
+use crossbeam_channel::{Receiver, Sender};
+use io_uring::{cqueue, opcode, squeue, types, IoUring};
+
+use super::abi;
+use super::handler::recycle;
+use super::request::*;
+
+/// Entries per queue unless `-o io_uring_q_depth` says otherwise.
+pub const DEFAULT_DEPTH: u32 = 8;
+
+/// The user_data of the wake-up pipe's read; entries use their index.
+const WAKE: u64 = u64::MAX;
+
+/// The possible CPUs, as the kernel counts queues (`num_possible_cpus`):
+/// the highest number in /sys/devices/system/cpu/possible, plus one.
+pub fn possible_cpus() -> io::Result<usize> {
+    let text = std::fs::read_to_string("/sys/devices/system/cpu/possible")?;
+    let highest = text
+        .trim()
+        .split([',', '-'])
+        .filter_map(|n| n.parse::<usize>().ok())
+        .max();
+    highest
+        .map(|h| h + 1)
+        .ok_or_else(|| io::Error::other(format!("cannot parse possible CPUs {text:?}")))
+}
+
+/// Whether this process can make a ring of 128-byte entries (io_uring may
+/// be disabled by sysctl, seccomp or an old kernel). Asked before FUSE_INIT:
+/// once the kernel grants FUSE_OVER_IO_URING it holds every request until
+/// the queues are registered, so a daemon that cannot make rings must not
+/// ask for them.
+pub fn rings_available() -> io::Result<()> {
+    IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+        .build(2)
+        .map(drop)
+}
+
+/// The running queue threads.
+pub struct Rings {
+    threads: Vec<JoinHandle<()>>,
+    pub queues: usize,
+    pub depth: u32,
+}
+
+impl Rings {
+    /// Starts one queue per possible CPU on the FUSE connection `dev` (after
+    /// FUSE_INIT granted FUSE_OVER_IO_URING). Each entry gets a payload
+    /// buffer of `payload_size` bytes (at least what the kernel needs:
+    /// max(8 KiB, max_write, max_pages pages)).
+    pub fn start<H: Handler>(
+        dev: &OwnedFd,
+        handler: Arc<H>,
+        depth: u32,
+        payload_size: usize,
+    ) -> io::Result<Rings> {
+        let queues = possible_cpus()?;
+        let depth = depth.clamp(1, 1024);
+        let mut threads = Vec::with_capacity(queues);
+        for qid in 0..queues {
+            let dev = dev.try_clone()?;
+            let handler = handler.clone();
+            // The ring is made on its own thread: IORING_SETUP_SINGLE_ISSUER
+            // binds it to the thread that makes it.
+            let (made_tx, made) = crossbeam_channel::bounded(1);
+            let thread = std::thread::Builder::new()
+                .name(format!("jbdfs-ring-{qid}"))
+                .spawn(
+                    move || match Queue::new(dev, qid as u16, depth, payload_size) {
+                        Ok(queue) => {
+                            let _ = made_tx.send(Ok(()));
+                            queue.run(&*handler);
+                        }
+                        Err(e) => drop(made_tx.send(Err(e))),
+                    },
+                )?;
+            made.recv().map_err(io::Error::other)??;
+            threads.push(thread);
+        }
+        Ok(Rings {
+            threads,
+            queues,
+            depth,
+        })
+    }
+
+    /// Waits for the queue threads, which end when the kernel tears the
+    /// connection's rings down (unmount or abort).
+    pub fn join(self) {
+        for t in self.threads {
+            let _ = t.join();
+        }
+    }
+}
+
+/// Pins this thread to `cpu`, so that it serves the requests its CPU
+/// makes without a migration. A possible CPU that is offline cannot be
+/// pinned to; its queue still serves (the kernel needs it registered).
+fn pin_to(cpu: usize) {
+    // SAFETY: cpu_set_t is plain data, zeroed is a valid empty set, and
+    // CPU_SET only writes inside it (it checks the index).
+    let res = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set)
+    };
+    if res != 0 {
+        tracing::debug!(cpu, error = %io::Error::last_os_error(), "ring thread not pinned");
+    }
+}
+
+/// One registered entry's buffers. Boxed so that their addresses, which
+/// the kernel holds, never move.
+struct Slot {
+    header: Box<[u8]>,
+    payload: Box<[u8]>,
+    /// The two `struct iovec`s REGISTER points at, as (base, len) words:
+    /// a pointer and a size_t are each a usize on Linux.
+    iov: Box<[usize; 4]>,
+    /// The unique of the request the kernel gave this entry.
+    unique: u64,
+    /// The most the kernel asked for (READ, READDIR and xattr sizes).
+    limit: usize,
+    /// The kernel has this entry (registered or committed, not yet
+    /// completed back to us).
+    in_kernel: bool,
+}
+
+impl Slot {
+    fn new(payload_size: usize) -> Slot {
+        let mut header = vec![0u8; abi::HEADER_BUF_SIZE].into_boxed_slice();
+        // calloc'd: pages the kernel never writes are never resident.
+        let mut payload = vec![0u8; payload_size].into_boxed_slice();
+        let iov = Box::new([
+            header.as_mut_ptr() as usize,
+            header.len(),
+            payload.as_mut_ptr() as usize,
+            payload.len(),
+        ]);
+        Slot {
+            header,
+            payload,
+            iov,
+            unique: 0,
+            limit: 0,
+            in_kernel: false,
+        }
+    }
+}
+
+/// An answer on its way back to a ring entry.
+struct Completion {
+    slot: usize,
+    outcome: Outcome,
+}
+
+/// What answering threads share with a queue's thread.
+struct Shared {
+    owner: ThreadId,
+    tx: Sender<Completion>,
+    /// Whether a wake-up byte is already on its way (at most one is).
+    wake_pending: AtomicBool,
+    wake: std::io::PipeWriter,
+}
+
+thread_local! {
+    /// Answers given on the queue's own thread while it handles a
+    /// request: committed when the handler returns, without the channel.
+    static LOCAL: RefCell<Vec<Completion>> = const { RefCell::new(Vec::new()) };
+}
+
+/// The [`Responder`] for a request that came on a ring.
+pub struct RingReply {
+    shared: Arc<Shared>,
+    slot: usize,
+}
+
+impl Responder for RingReply {
+    fn respond(self, outcome: Outcome) {
+        let c = Completion {
+            slot: self.slot,
+            outcome,
+        };
+        if std::thread::current().id() == self.shared.owner {
+            return LOCAL.with_borrow_mut(|l| l.push(c));
+        }
+        if self.shared.tx.send(c).is_err() {
+            return; // the queue has ended: the connection is gone
+        }
+        if !self.shared.wake_pending.swap(true, Ordering::AcqRel) {
+            let _ = (&self.shared.wake).write_all(&[1]);
+        }
+    }
+}
+
+/// One queue: its ring, entries and wake-up pipe.
+struct Queue {
+    qid: u16,
+    dev: OwnedFd,
+    slots: Vec<Slot>,
+    wake_rx: std::io::PipeReader,
+    wake_buf: Box<[u8; 64]>,
+    completions: Receiver<Completion>,
+    tx: Sender<Completion>,
+    wake_tx: Option<std::io::PipeWriter>,
+    ring: IoUring<squeue::Entry128, cqueue::Entry>,
+}
+
+impl Queue {
+    fn new(dev: OwnedFd, qid: u16, depth: u32, payload_size: usize) -> io::Result<Queue> {
+        let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
+            .setup_single_issuer()
+            .setup_coop_taskrun()
+            .build((depth + 1).next_power_of_two())?;
+        let (wake_rx, wake_tx) = std::io::pipe()?;
+        let (tx, completions) = crossbeam_channel::unbounded();
+        Ok(Queue {
+            qid,
+            dev,
+            slots: (0..depth).map(|_| Slot::new(payload_size)).collect(),
+            wake_rx,
+            wake_buf: Box::new([0; 64]),
+            completions,
+            tx,
+            wake_tx: Some(wake_tx),
+            ring,
+        })
+    }
+
+    fn run(mut self, handler: &impl Handler) {
+        pin_to(self.qid as usize);
+        let Some(wake) = self.wake_tx.take() else {
+            return self.finish();
+        };
+        let shared = Arc::new(Shared {
+            owner: std::thread::current().id(),
+            tx: self.tx.clone(),
+            wake_pending: AtomicBool::new(false),
+            wake,
+        });
+        if let Err(e) = self.register_all() {
+            tracing::error!(qid = self.qid, "FUSE io_uring queue not registered: {e}");
+            return self.finish();
+        }
+        while self.slots.iter().any(|s| s.in_kernel) {
+            if let Err(e) = self.turn(handler, &shared) {
+                tracing::error!(qid = self.qid, "FUSE io_uring queue failed: {e}");
+                break;
+            }
+        }
+        self.finish();
+    }
+
+    /// Registers every entry and arms the wake-up read.
+    fn register_all(&mut self) -> io::Result<()> {
+        for i in 0..self.slots.len() {
+            let sqe = self.register_sqe(i);
+            self.push(sqe)?;
+            self.slots[i].in_kernel = true;
+        }
+        self.arm_wake()?;
+        self.ring.submit()?;
+        Ok(())
+    }
+
+    /// One wait for completions, and everything they lead to.
+    fn turn(&mut self, handler: &impl Handler, shared: &Arc<Shared>) -> io::Result<()> {
+        match self.ring.submit_and_wait(1) {
+            Ok(_) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        let done: Vec<(u64, i32)> = self
+            .ring
+            .completion()
+            .map(|c| (c.user_data(), c.result()))
+            .collect();
+        for (tag, res) in done {
+            if tag == WAKE {
+                self.woken(shared, res)?;
+            } else {
+                self.request(tag as usize, res, handler, shared);
+                self.commit_local()?;
+            }
+        }
+        Ok(())
+    }
+
+    /// An entry came back from the kernel: a request, or the end.
+    fn request(&mut self, i: usize, res: i32, handler: &impl Handler, shared: &Arc<Shared>) {
+        let Some(slot) = self.slots.get_mut(i) else {
+            return;
+        };
+        slot.in_kernel = false;
+        if res < 0 {
+            let err = io::Error::from_raw_os_error(-res);
+            match -res {
+                libc::ENOTCONN | libc::ECONNABORTED | libc::ECANCELED | libc::ENODEV => {
+                    tracing::debug!(qid = self.qid, "ring entry released: {err}")
+                }
+                _ => tracing::error!(qid = self.qid, "ring entry failed: {err}"),
+            }
+            return;
+        }
+        let header = match abi::InHeader::parse(&slot.header) {
+            Ok(h) => h,
+            Err(e) => {
+                // Without a unique the entry cannot be answered, nor re-armed.
+                tracing::error!(qid = self.qid, "undecodable FUSE request header: {e}");
+                return;
+            }
+        };
+        slot.unique = header.unique;
+        let mut ctx = header.ctx();
+        ctx.must_not_block = true;
+        let reply = RingReply {
+            shared: shared.clone(),
+            slot: i,
+        };
+        let decoded = abi::ring_payload(&slot.header, &slot.payload)
+            .and_then(|payload| abi::decode(&header, abi::op_in(&slot.header), payload));
+        match decoded {
+            Ok(op) => {
+                slot.limit = answer_limit(&op, slot.payload.len());
+                handler.dispatch(&ctx, op, reply);
+            }
+            Err(e) => {
+                tracing::warn!(qid = self.qid, "undecodable FUSE request: {e}");
+                reply.respond(Err(Errno::from_i32(libc::EIO)));
+            }
+        }
+    }
+
+    /// Answers given on another thread: drain them, re-arm the wake-up.
+    fn woken(&mut self, shared: &Shared, res: i32) -> io::Result<()> {
+        if res <= 0 {
+            tracing::debug!(qid = self.qid, res, "wake-up pipe closed");
+        }
+        shared.wake_pending.store(false, Ordering::Release);
+        while let Ok(c) = self.completions.try_recv() {
+            self.commit(c)?;
+        }
+        self.arm_wake()
+    }
+
+    fn commit_local(&mut self) -> io::Result<()> {
+        let local = LOCAL.with_borrow_mut(std::mem::take);
+        for c in local {
+            self.commit(c)?;
+        }
+        Ok(())
+    }
+
+    /// Writes an answer into its entry and queues COMMIT_AND_FETCH.
+    fn commit(&mut self, c: Completion) -> io::Result<()> {
+        let Some(slot) = self.slots.get_mut(c.slot) else {
+            return Ok(());
+        };
+        let (error, size) = match c.outcome {
+            Ok(Answer::Data(data)) => {
+                let res = copy_data(&data, &mut slot.payload);
+                recycle(data);
+                res
+            }
+            Ok(answer) => match abi::encode(answer, slot.limit, &mut slot.payload) {
+                Ok(n) => (0, n),
+                Err(e) => (-e.code(), 0),
+            },
+            Err(e) => (-e.code(), 0),
+        };
+        abi::write_reply_header(&mut slot.header, slot.unique, error, size as u32);
+        let cmd = abi::uring_cmd(self.qid, slot.unique);
+        let sqe = opcode::UringCmd80::new(
+            types::Fd(self.dev.as_raw_fd()),
+            abi::FUSE_IO_URING_CMD_COMMIT_AND_FETCH,
+        )
+        .cmd(cmd)
+        .build()
+        .user_data(c.slot as u64);
+        slot.in_kernel = true;
+        self.push(sqe)
+    }
+
+    fn register_sqe(&mut self, i: usize) -> squeue::Entry128 {
+        let slot = &mut self.slots[i];
+        let cmd = abi::uring_cmd(self.qid, 0);
+        let sqe = opcode::UringCmd80::new(
+            types::Fd(self.dev.as_raw_fd()),
+            abi::FUSE_IO_URING_CMD_REGISTER,
+        )
+        .cmd(cmd)
+        .addr(Some(slot.iov.as_ptr() as u64))
+        .build()
+        .user_data(i as u64);
+        with_len(sqe, 2)
+    }
+
+    fn arm_wake(&mut self) -> io::Result<()> {
+        let fd: RawFd = self.wake_rx.as_raw_fd();
+        let buf = self.wake_buf.as_mut_ptr();
+        let read = opcode::Read::new(types::Fd(fd), buf, self.wake_buf.len() as u32)
+            .build()
+            .user_data(WAKE);
+        self.push(read.into())
+    }
+
+    /// Queues an entry, submitting what is queued when the ring is full.
+    fn push(&mut self, sqe: squeue::Entry128) -> io::Result<()> {
+        loop {
+            // SAFETY: every buffer an entry points at (header, payload,
+            // iovecs, the wake-up buffer) is boxed in `self` and outlives
+            // the ring: `finish` leaks them if the kernel may still hold any.
+            let pushed = unsafe { self.ring.submission().push(&sqe) };
+            if pushed.is_ok() {
+                return Ok(());
+            }
+            self.ring.submit()?;
+        }
+    }
+
+    /// Ends the queue. If the kernel may still hold an entry (the queue
+    /// failed, not the connection), its buffers are leaked rather than
+    /// freed under it; the ring itself is closed first either way.
+    fn finish(self) {
+        let Queue {
+            slots,
+            wake_buf,
+            ring,
+            ..
+        } = self;
+        let held = slots.iter().any(|s| s.in_kernel);
+        drop(ring);
+        if held {
+            std::mem::forget(slots);
+            std::mem::forget(wake_buf);
+        }
+    }
+}
+
+/// What the kernel asked for at most, where the answer's size varies.
+fn answer_limit(op: &Op<'_>, payload: usize) -> usize {
+    let asked = match *op {
+        Op::Read { size, .. } | Op::Getxattr { size, .. } | Op::Listxattr { size, .. } => size,
+        Op::Readdir { size, .. } | Op::Readdirplus { size, .. } => size.unwrap_or(u32::MAX),
+        _ => u32::MAX,
+    };
+    (asked as usize).min(payload)
+}
+
+/// A READ-style answer: the bytes as they are.
+fn copy_data(data: &[u8], payload: &mut [u8]) -> (i32, usize) {
+    match payload.get_mut(..data.len()) {
+        Some(dst) => {
+            dst.copy_from_slice(data);
+            (0, data.len())
+        }
+        None => (-libc::EIO, 0),
+    }
+}
+
+/// Sets an SQE's `len`, which the io-uring crate's UringCmd80 does not:
+/// FUSE_IO_URING_CMD_REGISTER takes its two iovecs as `addr` and `len`.
+fn with_len(sqe: squeue::Entry128, len: u32) -> squeue::Entry128 {
+    // SAFETY: Entry128 is repr(C): a 64-byte io_uring_sqe of plain integer
+    // fields followed by 64 bytes, so it and [u8; 128] have the same size
+    // and every byte pattern is a valid value of either. `len` is the u32
+    // at offset 24 of struct io_uring_sqe.
+    let mut bytes: [u8; 128] = unsafe { std::mem::transmute(sqe) };
+    bytes[24..28].copy_from_slice(&len.to_ne_bytes());
+    // SAFETY: as above.
+    unsafe { std::mem::transmute::<[u8; 128], squeue::Entry128>(bytes) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn possible_cpus_is_at_least_the_online_ones() {
+        let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert!(possible_cpus().unwrap() >= online);
+    }
+
+    #[test]
+    fn register_sqe_carries_two_iovecs() {
+        let sqe = opcode::UringCmd80::new(types::Fd(3), abi::FUSE_IO_URING_CMD_REGISTER)
+            .addr(Some(0x1234))
+            .build();
+        let sqe = with_len(sqe, 2);
+        // SAFETY: see with_len.
+        let bytes: [u8; 128] = unsafe { std::mem::transmute(sqe) };
+        assert_eq!(bytes[0], io_uring::opcode::UringCmd80::CODE);
+        assert_eq!(u32::from_ne_bytes(bytes[24..28].try_into().unwrap()), 2);
+        assert_eq!(
+            u64::from_ne_bytes(bytes[16..24].try_into().unwrap()),
+            0x1234
+        );
+        assert_eq!(u32::from_ne_bytes(bytes[8..12].try_into().unwrap()), 1);
+    }
+}
