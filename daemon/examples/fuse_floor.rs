@@ -1,39 +1,46 @@
 //! The floor of a FUSE filesystem on this machine: names and sizes in
 //! memory, no storage, no journal, every request answered at once, with the
-//! init flags jbdfs negotiates. fs_mark and the source-tree workload on it
+//! init flags, mount and transports jbdfs uses. It is a [`Handler`] served
+//! by the daemon's own session ([`session::mount`]), over /dev/fuse or FUSE
+//! over io_uring, so fs_mark and the source-tree workload on it
 //! (`scripts/bench-fsmark.sh --floor`, `scripts/bench-tree.sh --floor`)
-//! measure what the kernel's FUSE round trips alone cost: the part of
-//! jbdfs's gap to Linux ext3 that any filesystem under fuser 0.18 pays.
+//! measure what the kernel's FUSE round trips alone cost on each transport:
+//! the part of jbdfs's gap to Linux ext3 that any FUSE filesystem pays.
 //!
-//!     cargo run --release --example fuse_floor -- MOUNTPOINT [THREADS]
+//!     cargo run --release --example fuse_floor -- MOUNTPOINT [THREADS] [--io-uring] [--depth N]
 //!
-//! Serves until unmounted (fusermount3 -u MOUNTPOINT). Regular files and
-//! directories only; data is counted, not kept (reads return zeros).
+//! THREADS /dev/fuse workers (8); --io-uring serves by io_uring queues of
+//! depth N (the daemon's default) when the kernel grants it, and says so on
+//! stderr either way. Serves until unmounted (fusermount3 -u MOUNTPOINT).
+//! Regular files and directories only; data is counted, not kept (reads
+//! return zeros); rename and the other operations `Floor::answer` does not
+//! list get ENOSYS, symlink and link EPERM (what fuser's defaults answer).
 
 use std::collections::HashMap;
-use std::ffi::{OsStr, OsString};
+use std::io::IsTerminal;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use fuser::{
-    BsdFileFlags, Config, Errno, FileAttr, FileHandle, FileType, FopenFlags, Generation, INodeNo,
-    KernelConfig, LockOwner, MountOption, OpenFlags, ReplyAttr, ReplyCreate, ReplyData,
-    ReplyDirectory, ReplyDirectoryPlus, ReplyEmpty, ReplyEntry, ReplyStatfs, ReplyWrite,
-    ReplyXattr, Request, TimeOrNow, WriteFlags,
+use fuser::{Config, MountOption};
+use jbdfs_daemon::fuse::request::{
+    dirent_size, direntplus_size, Attr, DirEntry, DirPlus, DirPlusEntry, EntryOut, Errno, NodeId,
+    OpenOut, StatfsOut,
 };
+use jbdfs_daemon::fuse::{session, uring, Answer, Ctx, Handler, Op, Outcome, Responder, Transport};
 use parking_lot::Mutex;
 
-thread_local! {
-    static ZEROS: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
-const TTL: Duration = Duration::from_secs(1);
-const ROOT: u64 = 1;
+const ROOT: NodeId = 1;
+/// FOPEN_KEEP_CACHE (`include/uapi/linux/fuse.h`): what create answers.
+const FOPEN_KEEP_CACHE: u32 = 1 << 1;
+const S_IFDIR: u32 = libc::S_IFDIR;
+const S_IFREG: u32 = libc::S_IFREG;
 
 #[derive(Default)]
 struct Tree {
-    names: HashMap<(u64, OsString), u64>,
-    attrs: HashMap<u64, FileAttr>,
+    names: HashMap<(NodeId, Vec<u8>), NodeId>,
+    attrs: HashMap<NodeId, Attr>,
 }
 
 struct Floor {
@@ -41,327 +48,352 @@ struct Floor {
     next_ino: AtomicU64,
 }
 
-fn attr(ino: u64, kind: FileType, perm: u16, req: &Request) -> FileAttr {
-    let now = SystemTime::now();
-    FileAttr {
-        ino: INodeNo(ino),
+fn now() -> (i64, u32) {
+    let d = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    (d.as_secs() as i64, d.subsec_nanos())
+}
+
+/// `kind` is S_IFDIR or S_IFREG.
+fn attr(ino: NodeId, kind: u32, perm: u32, uid: u32, gid: u32) -> Attr {
+    let t = now();
+    Attr {
+        ino,
         size: 0,
         blocks: 0,
-        atime: now,
-        mtime: now,
-        ctime: now,
-        crtime: now,
-        kind,
-        perm,
-        nlink: if kind == FileType::Directory { 2 } else { 1 },
-        uid: req.uid(),
-        gid: req.gid(),
+        atime: t,
+        mtime: t,
+        ctime: t,
+        mode: kind | (perm & 0o7777),
+        nlink: if kind == S_IFDIR { 2 } else { 1 },
+        uid,
+        gid,
         rdev: 0,
         blksize: 4096,
-        flags: 0,
     }
+}
+
+fn entry(attr: Attr) -> EntryOut {
+    EntryOut {
+        attr,
+        generation: 0,
+    }
+}
+
+fn dtype(a: &Attr) -> u32 {
+    if a.mode & libc::S_IFMT == S_IFDIR {
+        libc::DT_DIR as u32
+    } else {
+        libc::DT_REG as u32
+    }
+}
+
+fn err(e: i32) -> Outcome {
+    Err(Errno::from_i32(e))
 }
 
 impl Floor {
-    fn add(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        kind: FileType,
-        mode: u32,
-    ) -> Result<FileAttr, Errno> {
+    fn new() -> Floor {
+        // The root is the mounter's, as FUSE_INIT's caller was before.
+        // SAFETY: geteuid and getegid cannot fail.
+        let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let mut tree = Tree::default();
+        tree.attrs
+            .insert(ROOT, attr(ROOT, S_IFDIR, 0o755, uid, gid));
+        Floor {
+            tree: Mutex::new(tree),
+            next_ino: AtomicU64::new(ROOT + 1),
+        }
+    }
+
+    fn add(&self, ctx: &Ctx, parent: NodeId, name: &[u8], kind: u32, mode: u32) -> Outcome {
         let mut t = self.tree.lock();
-        let key = (parent.0, name.to_os_string());
+        let key = (parent, name.to_vec());
         if t.names.contains_key(&key) {
-            return Err(Errno::EEXIST);
+            return err(libc::EEXIST);
         }
         let ino = self.next_ino.fetch_add(1, Ordering::Relaxed);
-        let a = attr(ino, kind, (mode & 0o7777) as u16, req);
+        let a = attr(ino, kind, mode, ctx.uid, ctx.gid);
         t.names.insert(key, ino);
         t.attrs.insert(ino, a);
-        Ok(a)
+        Ok(Answer::Entry(entry(a)))
     }
 
-    /// The directory's entries by name; offsets are positions in that order.
-    fn entries(&self, dir: INodeNo) -> Vec<(OsString, FileAttr)> {
+    /// The directory's entries by name from `offset` (offsets are
+    /// positions in that order), as many as fit in `size` bytes when the
+    /// transport says how many the kernel takes (`each` is an entry's
+    /// size), else all: the transport stops where the kernel's buffer does.
+    fn entries(
+        &self,
+        dir: NodeId,
+        offset: u64,
+        size: Option<u32>,
+        each: fn(usize) -> usize,
+    ) -> Vec<(u64, Vec<u8>, Attr)> {
         let t = self.tree.lock();
-        let mut out: Vec<(OsString, FileAttr)> = t
+        let mut all: Vec<(&[u8], &Attr)> = t
             .names
             .iter()
-            .filter(|((parent, _), _)| *parent == dir.0)
-            .map(|((_, name), child)| (name.clone(), t.attrs[child]))
+            .filter(|((parent, _), _)| *parent == dir)
+            .map(|((_, name), child)| (name.as_slice(), &t.attrs[child]))
             .collect();
-        out.sort_by(|a, b| a.0.cmp(&b.0));
+        all.sort_unstable_by(|a, b| a.0.cmp(b.0));
+        let mut room = size.map_or(usize::MAX, |s| s as usize);
+        let mut out = Vec::new();
+        for (i, (name, a)) in all.into_iter().enumerate().skip(offset as usize) {
+            let need = each(name.len());
+            if need > room {
+                break;
+            }
+            room -= need;
+            out.push((i as u64 + 1, name.to_vec(), *a));
+        }
         out
     }
-}
 
-impl fuser::Filesystem for Floor {
-    fn init(&mut self, req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let wanted = jbdfs_daemon::fuse::WANTED_INIT_FLAGS;
-        let offered = config.capabilities();
-        let _ = config.add_capabilities(wanted & offered);
-        let root = attr(ROOT, FileType::Directory, 0o755, req);
-        self.tree.lock().attrs.insert(ROOT, root);
-        Ok(())
-    }
-
-    fn lookup(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEntry) {
+    fn lookup(&self, parent: NodeId, name: &[u8]) -> Outcome {
         let t = self.tree.lock();
-        match t.names.get(&(parent.0, name.to_os_string())) {
-            Some(ino) => reply.entry(&TTL, &t.attrs[ino], Generation(0)),
-            None => {
-                let mut neg = t.attrs[&ROOT];
-                neg.ino = INodeNo(0);
-                reply.entry(&TTL, &neg, Generation(0))
-            }
-        }
+        // Node 0: a negative entry the kernel may cache.
+        let e = match t.names.get(&(parent, name.to_vec())) {
+            Some(ino) => entry(t.attrs[ino]),
+            None => EntryOut::negative(),
+        };
+        Ok(Answer::Entry(e))
     }
 
-    fn getattr(&self, _req: &Request, ino: INodeNo, _fh: Option<FileHandle>, reply: ReplyAttr) {
-        match self.tree.lock().attrs.get(&ino.0) {
-            Some(a) => reply.attr(&TTL, a),
-            None => reply.error(Errno::ENOENT),
-        }
-    }
-
-    /// Sizes, and the times the kernel flushes under the writeback cache.
-    fn setattr(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _mode: Option<u32>,
-        _uid: Option<u32>,
-        _gid: Option<u32>,
-        size: Option<u64>,
-        _atime: Option<TimeOrNow>,
-        _mtime: Option<TimeOrNow>,
-        _ctime: Option<SystemTime>,
-        _fh: Option<FileHandle>,
-        _crtime: Option<SystemTime>,
-        _chgtime: Option<SystemTime>,
-        _bkuptime: Option<SystemTime>,
-        _flags: Option<BsdFileFlags>,
-        reply: ReplyAttr,
-    ) {
-        match self.tree.lock().attrs.get_mut(&ino.0) {
+    /// Sizes, and (ignored) the times the kernel flushes under the
+    /// writeback cache.
+    fn setattr(&self, ino: NodeId, size: Option<u64>) -> Outcome {
+        match self.tree.lock().attrs.get_mut(&ino) {
             Some(a) => {
                 if let Some(size) = size {
                     a.size = size;
                 }
-                reply.attr(&TTL, a)
+                Ok(Answer::Attr(*a))
             }
-            None => reply.error(Errno::ENOENT),
+            None => err(libc::ENOENT),
         }
     }
 
-    fn mkdir(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        reply: ReplyEntry,
-    ) {
-        match self.add(req, parent, name, FileType::Directory, mode) {
-            Ok(a) => reply.entry(&TTL, &a, Generation(0)),
-            Err(e) => reply.error(e),
-        }
-    }
-
-    fn unlink(&self, _req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
+    /// unlink and rmdir alike.
+    fn remove(&self, parent: NodeId, name: &[u8]) -> Outcome {
         let mut t = self.tree.lock();
-        match t.names.remove(&(parent.0, name.to_os_string())) {
+        match t.names.remove(&(parent, name.to_vec())) {
             Some(ino) => {
                 t.attrs.remove(&ino);
-                reply.ok()
+                Ok(Answer::Empty)
             }
-            None => reply.error(Errno::ENOENT),
-        }
-    }
-
-    fn rmdir(&self, req: &Request, parent: INodeNo, name: &OsStr, reply: ReplyEmpty) {
-        self.unlink(req, parent, name, reply)
-    }
-
-    fn readdir(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectory,
-    ) {
-        for (i, (name, a)) in self.entries(ino).iter().enumerate().skip(offset as usize) {
-            if reply.add(a.ino, i as u64 + 1, a.kind, name) {
-                break;
-            }
-        }
-        reply.ok();
-    }
-
-    fn readdirplus(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        mut reply: ReplyDirectoryPlus,
-    ) {
-        for (i, (name, a)) in self.entries(ino).iter().enumerate().skip(offset as usize) {
-            if reply.add(a.ino, i as u64 + 1, name, &TTL, a, Generation(0)) {
-                break;
-            }
-        }
-        reply.ok();
-    }
-
-    fn create(
-        &self,
-        req: &Request,
-        parent: INodeNo,
-        name: &OsStr,
-        mode: u32,
-        _umask: u32,
-        _flags: i32,
-        reply: ReplyCreate,
-    ) {
-        match self.add(req, parent, name, FileType::RegularFile, mode) {
-            Ok(a) => reply.created(
-                &TTL,
-                &a,
-                Generation(0),
-                FileHandle(0),
-                FopenFlags::FOPEN_KEEP_CACHE,
-            ),
-            Err(e) => reply.error(e),
+            None => err(libc::ENOENT),
         }
     }
 
     /// Zeros up to the file's size: the floor keeps no data.
-    fn read(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        size: u32,
-        _flags: OpenFlags,
-        _lock: Option<LockOwner>,
-        reply: ReplyData,
-    ) {
-        let len = match self.tree.lock().attrs.get(&ino.0) {
+    fn read(&self, ino: NodeId, offset: u64, size: u32) -> Outcome {
+        let len = match self.tree.lock().attrs.get(&ino) {
             Some(a) => a.size.saturating_sub(offset).min(size as u64) as usize,
-            None => return reply.error(Errno::ENOENT),
+            None => return err(libc::ENOENT),
         };
-        ZEROS.with(|z| {
-            let mut z = z.borrow_mut();
-            if z.len() < len {
-                z.resize(len, 0);
-            }
-            reply.data(&z[..len]);
-        });
+        Ok(Answer::Data(vec![0; len]))
     }
 
-    fn write(
-        &self,
-        _req: &Request,
-        ino: INodeNo,
-        _fh: FileHandle,
-        offset: u64,
-        data: &[u8],
-        _wflags: WriteFlags,
-        _flags: OpenFlags,
-        _lock: Option<LockOwner>,
-        reply: ReplyWrite,
-    ) {
-        if let Some(a) = self.tree.lock().attrs.get_mut(&ino.0) {
-            a.size = a.size.max(offset + data.len() as u64);
+    fn write(&self, ino: NodeId, offset: u64, len: usize) -> Outcome {
+        if let Some(a) = self.tree.lock().attrs.get_mut(&ino) {
+            a.size = a.size.max(offset + len as u64);
         }
-        reply.written(data.len() as u32);
+        Ok(Answer::Written(len as u32))
     }
 
-    fn flush(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _lock: LockOwner,
-        reply: ReplyEmpty,
-    ) {
-        reply.error(Errno::ENOSYS);
+    fn readdir(&self, ino: NodeId, offset: u64, size: Option<u32>) -> Outcome {
+        let list = self
+            .entries(ino, offset, size, dirent_size)
+            .into_iter()
+            .map(|(next, name, a)| DirEntry {
+                ino: a.ino,
+                next,
+                kind: dtype(&a),
+                name,
+            })
+            .collect();
+        Ok(Answer::Dir(list))
     }
 
-    fn fsync(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _datasync: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok();
+    /// The floor keeps no lookup counts (it never forgets a node), so it
+    /// need not learn which entries the kernel received.
+    fn readdirplus(&self, ino: NodeId, offset: u64, size: Option<u32>) -> Outcome {
+        let entries = self
+            .entries(ino, offset, size, direntplus_size)
+            .into_iter()
+            .map(|(next, name, a)| DirPlusEntry {
+                entry: entry(a),
+                dirent: DirEntry {
+                    ino: a.ino,
+                    next,
+                    kind: dtype(&a),
+                    name,
+                },
+            })
+            .collect();
+        Ok(Answer::DirPlus(DirPlus {
+            entries,
+            on_sent: None,
+        }))
     }
 
-    fn release(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _fh: FileHandle,
-        _flags: OpenFlags,
-        _lock: Option<LockOwner>,
-        _flush: bool,
-        reply: ReplyEmpty,
-    ) {
-        reply.ok();
-    }
-
-    fn getxattr(
-        &self,
-        _req: &Request,
-        _ino: INodeNo,
-        _name: &OsStr,
-        _size: u32,
-        reply: ReplyXattr,
-    ) {
-        reply.error(Errno::ENODATA);
-    }
-
-    fn statfs(&self, _req: &Request, _ino: INodeNo, reply: ReplyStatfs) {
-        reply.statfs(1 << 20, 1 << 19, 1 << 19, 1 << 20, 1 << 19, 4096, 255, 4096);
+    fn answer(&self, ctx: &Ctx, op: Op<'_>) -> Outcome {
+        match op {
+            Op::Lookup { parent, name } => self.lookup(parent, name),
+            Op::Getattr { ino } => match self.tree.lock().attrs.get(&ino) {
+                Some(a) => Ok(Answer::Attr(*a)),
+                None => err(libc::ENOENT),
+            },
+            Op::Setattr { ino, set } => self.setattr(ino, set.size),
+            Op::Mkdir {
+                parent, name, mode, ..
+            } => self.add(ctx, parent, name, S_IFDIR, mode),
+            Op::Unlink { parent, name } | Op::Rmdir { parent, name } => self.remove(parent, name),
+            Op::Create {
+                parent, name, mode, ..
+            } => match self.add(ctx, parent, name, S_IFREG, mode)? {
+                Answer::Entry(e) => Ok(Answer::Create(
+                    e,
+                    OpenOut {
+                        fh: 0,
+                        flags: FOPEN_KEEP_CACHE,
+                    },
+                )),
+                _ => err(libc::EIO),
+            },
+            Op::Open { .. } | Op::Opendir { .. } => Ok(Answer::Open(OpenOut::default())),
+            Op::Read { ino, offset, size } => self.read(ino, offset, size),
+            Op::Write { ino, offset, data } => self.write(ino, offset, data.len()),
+            // ENOSYS: the kernel stops sending FLUSH, as it does for jbdfs.
+            Op::Flush { .. } => err(libc::ENOSYS),
+            Op::Fsync { .. } | Op::Release { .. } | Op::Releasedir { .. } => Ok(Answer::Empty),
+            Op::Readdir { ino, offset, size } => self.readdir(ino, offset, size),
+            Op::Readdirplus { ino, offset, size } => self.readdirplus(ino, offset, size),
+            Op::Getxattr { .. } => err(libc::ENODATA),
+            Op::Statfs => Ok(Answer::Statfs(StatfsOut {
+                blocks: 1 << 20,
+                bfree: 1 << 19,
+                bavail: 1 << 19,
+                files: 1 << 20,
+                ffree: 1 << 19,
+                bsize: 4096,
+                namelen: 255,
+                frsize: 4096,
+            })),
+            Op::Symlink { .. } | Op::Link { .. } => err(libc::EPERM),
+            _ => err(libc::ENOSYS),
+        }
     }
 }
 
-fn main() -> std::io::Result<()> {
-    let mut args = std::env::args_os().skip(1);
-    const USAGE: &str = "usage: fuse_floor MOUNTPOINT [THREADS]\n\
-        Serves an in-memory filesystem with no storage (the FUSE floor of\n\
-        scripts/bench-fsmark.sh --floor) until unmounted; THREADS FUSE workers (8).";
-    let Some(mountpoint) = args.next() else {
-        eprintln!("{USAGE}");
-        std::process::exit(2);
-    };
-    if mountpoint == "-h" || mountpoint == "--help" {
-        println!("{USAGE}");
-        return Ok(());
+impl Handler for Floor {
+    fn dispatch(&self, ctx: &Ctx, op: Op<'_>, reply: impl Responder) {
+        reply.respond(self.answer(ctx, op));
     }
-    let threads = args
-        .next()
-        .and_then(|t| t.to_str().and_then(|t| t.parse().ok()))
-        .unwrap_or(8);
+
+    fn forget(&self, _ino: NodeId, _nlookup: u64) {}
+
+    fn destroy(&self) {}
+}
+
+fn usage() -> String {
+    format!(
+        "usage: fuse_floor MOUNTPOINT [THREADS] [--io-uring] [--depth N]\n\
+         Serves an in-memory filesystem with no storage (the FUSE floor of\n\
+         scripts/bench-fsmark.sh --floor) until unmounted: by THREADS /dev/fuse\n\
+         workers (8), or with --io-uring by FUSE over io_uring, one queue per CPU\n\
+         of depth N ({}), when the kernel grants it.",
+        uring::DEFAULT_DEPTH
+    )
+}
+
+fn usage_error(msg: &str) -> ! {
+    eprintln!("fuse_floor: {msg}\n{}", usage());
+    std::process::exit(2);
+}
+
+fn main() -> std::io::Result<()> {
+    // The session's warnings (why io_uring is not used, say); RUST_LOG for
+    // more. fuser's own warning that its unmount after fusermount3's failed
+    // is noise here.
+    let _ = tracing_subscriber::fmt()
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| {
+                tracing_subscriber::EnvFilter::new("warn,fuser::session=error")
+            }),
+        )
+        .try_init();
+    let mut mountpoint: Option<PathBuf> = None;
+    let mut threads: Option<usize> = None;
+    let mut io_uring = false;
+    let mut depth = uring::DEFAULT_DEPTH;
+    let mut args = std::env::args_os().skip(1);
+    while let Some(arg) = args.next() {
+        match arg.to_str() {
+            Some("-h" | "--help") => {
+                println!("{}", usage());
+                return Ok(());
+            }
+            Some("--io-uring") => io_uring = true,
+            Some("--depth") => {
+                depth = args
+                    .next()
+                    .and_then(|d| d.to_str().and_then(|d| d.parse().ok()))
+                    .filter(|&d| d > 0)
+                    .unwrap_or_else(|| usage_error("--depth takes a positive number"));
+            }
+            Some(a) if a.starts_with('-') => usage_error(&format!("unknown option {a}")),
+            _ if mountpoint.is_none() => mountpoint = Some(arg.into()),
+            _ if threads.is_none() => {
+                threads = Some(
+                    arg.to_str()
+                        .and_then(|t| t.parse().ok())
+                        .filter(|&t| t > 0)
+                        .unwrap_or_else(|| usage_error("THREADS must be a positive number")),
+                )
+            }
+            _ => usage_error("too many arguments"),
+        }
+    }
+    let Some(mountpoint) = mountpoint else {
+        usage_error("no MOUNTPOINT");
+    };
     let mut config = Config::default();
     config.mount_options = vec![
         MountOption::FSName("fuse_floor".into()),
         MountOption::DefaultPermissions,
         MountOption::RW,
     ];
-    config.n_threads = Some(threads);
+    config.n_threads = Some(threads.unwrap_or(8));
     config.clone_fd = true;
-    let floor = Floor {
-        tree: Mutex::new(Tree::default()),
-        next_ino: AtomicU64::new(ROOT + 1),
+    let transport = if io_uring {
+        Transport::IoUring { depth }
+    } else {
+        Transport::DevFuse
     };
-    fuser::Session::new(floor, &mountpoint, &config)?.run()
+    let mut mounted = session::mount(
+        Arc::new(Floor::new()),
+        &mountpoint,
+        &config,
+        false,
+        transport,
+    )?;
+    // On failure the session is dropped, which unmounts: nothing is left
+    // waiting for rings that will not come.
+    let rings = mounted.start()?;
+    let serving = mounted.serving();
+    if io_uring && rings.is_none() {
+        eprintln!(
+            "fuse_floor: io_uring not granted, falling back: serving {} by {serving}",
+            mountpoint.display()
+        );
+    } else {
+        eprintln!("fuse_floor: serving {} by {serving}", mountpoint.display());
+    }
+    mounted.run(rings)
 }
