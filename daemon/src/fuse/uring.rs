@@ -146,9 +146,19 @@ struct Slot {
     unique: u64,
     /// The most the kernel asked for (READ, READDIR and xattr sizes).
     limit: usize,
-    /// The kernel has this entry (registered or committed, not yet
-    /// completed back to us).
-    in_kernel: bool,
+    state: SlotState,
+}
+
+/// Where a ring entry is.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum SlotState {
+    /// Registered or committed: the kernel holds it until a request comes.
+    InKernel,
+    /// A request is being answered (perhaps on another thread, an fsync).
+    Answering,
+    /// The kernel released it (unmount, abort): the queue ends when every
+    /// entry is.
+    Released,
 }
 
 impl Slot {
@@ -168,7 +178,7 @@ impl Slot {
             iov,
             unique: 0,
             limit: 0,
-            in_kernel: false,
+            state: SlotState::Released,
         }
     }
 }
@@ -194,26 +204,42 @@ thread_local! {
     static LOCAL: RefCell<Vec<Completion>> = const { RefCell::new(Vec::new()) };
 }
 
-/// The [`Responder`] for a request that came on a ring.
+/// The [`Responder`] for a request that came on a ring. One dropped
+/// unanswered (a bug) answers EIO, so that the entry is not lost: the
+/// queue could not end at unmount while it waits for it.
 pub struct RingReply {
-    shared: Arc<Shared>,
-    slot: usize,
+    to: Option<(Arc<Shared>, usize)>,
+}
+
+impl RingReply {
+    fn send(&mut self, outcome: Outcome) {
+        let Some((shared, slot)) = self.to.take() else {
+            return;
+        };
+        let c = Completion { slot, outcome };
+        if std::thread::current().id() == shared.owner {
+            return LOCAL.with_borrow_mut(|l| l.push(c));
+        }
+        if shared.tx.send(c).is_err() {
+            return; // the queue has ended: the connection is gone
+        }
+        if !shared.wake_pending.swap(true, Ordering::AcqRel) {
+            let _ = (&shared.wake).write_all(&[1]);
+        }
+    }
 }
 
 impl Responder for RingReply {
-    fn respond(self, outcome: Outcome) {
-        let c = Completion {
-            slot: self.slot,
-            outcome,
-        };
-        if std::thread::current().id() == self.shared.owner {
-            return LOCAL.with_borrow_mut(|l| l.push(c));
-        }
-        if self.shared.tx.send(c).is_err() {
-            return; // the queue has ended: the connection is gone
-        }
-        if !self.shared.wake_pending.swap(true, Ordering::AcqRel) {
-            let _ = (&self.shared.wake).write_all(&[1]);
+    fn respond(mut self, outcome: Outcome) {
+        self.send(outcome);
+    }
+}
+
+impl Drop for RingReply {
+    fn drop(&mut self) {
+        if self.to.is_some() {
+            tracing::error!("a FUSE request was dropped unanswered");
+            self.send(Err(Errno::from_i32(libc::EIO)));
         }
     }
 }
@@ -267,7 +293,7 @@ impl Queue {
             tracing::error!(qid = self.qid, "FUSE io_uring queue not registered: {e}");
             return self.finish();
         }
-        while self.slots.iter().any(|s| s.in_kernel) {
+        while self.slots.iter().any(|s| s.state != SlotState::Released) {
             if let Err(e) = self.turn(handler, &shared) {
                 tracing::error!(qid = self.qid, "FUSE io_uring queue failed: {e}");
                 break;
@@ -281,7 +307,7 @@ impl Queue {
         for i in 0..self.slots.len() {
             let sqe = self.register_sqe(i);
             self.push(sqe)?;
-            self.slots[i].in_kernel = true;
+            self.slots[i].state = SlotState::InKernel;
         }
         self.arm_wake()?;
         self.ring.submit()?;
@@ -316,7 +342,7 @@ impl Queue {
         let Some(slot) = self.slots.get_mut(i) else {
             return;
         };
-        slot.in_kernel = false;
+        slot.state = SlotState::Released;
         if res < 0 {
             let err = io::Error::from_raw_os_error(-res);
             match -res {
@@ -336,18 +362,24 @@ impl Queue {
             }
         };
         slot.unique = header.unique;
+        slot.state = SlotState::Answering;
         let mut ctx = header.ctx();
         ctx.must_not_block = true;
         let reply = RingReply {
-            shared: shared.clone(),
-            slot: i,
+            to: Some((shared.clone(), i)),
         };
         let decoded = abi::ring_payload(&slot.header, &slot.payload)
             .and_then(|payload| abi::decode(&header, abi::op_in(&slot.header), payload));
         match decoded {
             Ok(op) => {
                 slot.limit = answer_limit(&op, slot.payload.len());
-                handler.dispatch(&ctx, op, reply);
+                // A handler that panics (a bug) must not take the queue,
+                // and every caller on this CPU, with it: its reply, dropped
+                // unanswered, answers EIO.
+                let run = || handler.dispatch(&ctx, op, reply);
+                if std::panic::catch_unwind(std::panic::AssertUnwindSafe(run)).is_err() {
+                    tracing::error!(qid = self.qid, "a FUSE request handler panicked");
+                }
             }
             Err(e) => {
                 tracing::warn!(qid = self.qid, "undecodable FUSE request: {e}");
@@ -402,7 +434,7 @@ impl Queue {
         .cmd(cmd)
         .build()
         .user_data(c.slot as u64);
-        slot.in_kernel = true;
+        slot.state = SlotState::InKernel;
         self.push(sqe)
     }
 
@@ -453,7 +485,7 @@ impl Queue {
             ring,
             ..
         } = self;
-        let held = slots.iter().any(|s| s.in_kernel);
+        let held = slots.iter().any(|s| s.state == SlotState::InKernel);
         drop(ring);
         if held {
             std::mem::forget(slots);
