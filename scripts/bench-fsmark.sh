@@ -7,7 +7,7 @@
 #   scripts/bench-fsmark.sh [--quick] [--devices "ram disk array sata"]
 #       [--bdelay "0 yield 1 2 3 4 jbd2 auto"] [--threads "1 2 4 8 10 16 20"]
 #       [--data "ordered"] [--repeat R] [--seconds S] [--no-refs] [--floor]
-#       [--charts DIR] [--out FILE]
+#       [--transport dev_fuse|io_uring|both] [--charts DIR] [--out FILE]
 #
 # Prints Markdown tables: files/s in the layout of DESIGN.md's bdelay table,
 # bdelay=auto against the best fixed setting, and jbdfs against ext3 and
@@ -17,6 +17,12 @@
 # per bdelay value). --out keeps the raw results (TSV). Every image is checked with e2fsck -fn after its run.
 # --floor adds the FUSE floor on ram and disk (daemon/examples/fuse_floor.rs: fuser
 # 0.18 answering every request from memory), what FUSE's round trips cost.
+# --transport: jbdfs (and the floor) on /dev/fuse, on FUSE over io_uring
+# (-o io_uring; enable_uring is turned on for the run and put back), or
+# both side by side (jbdfs/dev_fuse, jbdfs/io_uring columns); default both
+# when enable_uring can be turned on, else dev_fuse. Raw TSV lines: fs
+# (jbdfs/TRANSPORT, floor/TRANSPORT, ext3, fuse2fs), device, data, bdelay,
+# threads, files/s.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -35,6 +41,8 @@ floor=0
 charts=""
 out=""
 seconds=2
+transport=""
+bench_cmdline "$@"
 while [ $# -gt 0 ]; do
     case "$1" in
         # Later options override what --quick chooses.
@@ -49,14 +57,17 @@ while [ $# -gt 0 ]; do
         --floor) floor=1 ;;
         --charts) charts="$2"; shift ;;
         --out) out="$2"; shift ;;
-        -h | --help) sed -n '2,18p' "$0"; exit 0 ;;
+        --transport) transport="$2"; shift ;;
+        -h | --help) sed -n '2,25p' "$0"; exit 0 ;;
         *) die "unknown argument: $1" ;;
     esac
     shift
 done
 need_root "fs_mark on FUSE and loop mounts"
 command -v fs_mark >/dev/null || die "fs_mark is missing (scripts/deps.sh installs fsmark)"
-trap mnt_cleanup EXIT
+bench_traps bench_cleanup
+[ -n "$transport" ] || transport="$(bench_transport_default)"
+bench_transport_setup "$transport"
 build_jbdfs
 if [ "$floor" = 1 ]; then
     refs="$refs floor"
@@ -68,6 +79,7 @@ results="${out:-$(mktemp /tmp/jbdfs-fsmark.XXXXXX.tsv)}"
 : >"$results.stats"
 log="$(mktemp /tmp/jbdfs-fsmark.XXXXXX.log)"
 info "raw results: $results; mount and fsck log: $log"
+bench_header "fs_mark: 4 KiB files, fsync before close (bench-fsmark.sh)"
 
 # files_per_thread DEVICE THREADS [LAST_RATE]: files for one run. With the
 # rate the same setting reached last time, enough for about $seconds s, up
@@ -106,15 +118,16 @@ run_fsmark() {
 one_device() {
     local data="$1" dev="$2" fs b how extra img="" mnt="" i t n rate run=0
     local labels=() images=() mounts=() last=()
+    # jbdfs and the floor once per transport: jbdfs/dev_fuse, jbdfs/io_uring...
     for fs in $(bench_fs_list "$dev" "$refs"); do
         # fuse2fs has no data modes: it writes no journal at all.
         [ "$fs" = fuse2fs ] && [ "$data" != ordered ] && continue
-        for b in $([ "$fs" = jbdfs ] && echo "$bdelays" || echo -); do
+        for b in $([ "$(bench_fs_base "$fs")" = jbdfs ] && echo "$bdelays" || echo -); do
             how=mke2fs
-            [ "$fs" = jbdfs ] && how=mkfs-jbdfs
+            [ "$(bench_fs_base "$fs")" = jbdfs ] && how=mkfs-jbdfs
             bench_image img "$dev" "$how"
             extra=""
-            [ "$fs" = jbdfs ] && extra="bdelay=$b,stats=$img.stats"
+            [ "$(bench_fs_base "$fs")" = jbdfs ] && extra="bdelay=$b,stats=$img.stats"
             new_mountpoint mnt jbdfs-fsmark
             bench_mount "$fs" "$dev" "$img" "$mnt" "$log" "$data" "$extra"
             labels+=("$fs $b") images+=("$img") mounts+=("$mnt")
@@ -140,13 +153,19 @@ one_device() {
             fsck_failed+=("$fs on $dev, data=$data, bdelay=$b")
             cp "${images[$i]}" "${images[$i]}.failed" && info "kept the image that failed e2fsck: ${images[$i]}.failed"
         fi
+        # The transport the mount was served over, from the same file.
+        if [ "$(bench_fs_base "$fs")" = jbdfs ] \
+            && ! bench_stats_transport "${images[$i]}.stats" "$(bench_fs_transport "$fs")"; then
+            transport_failed+=("$fs on $dev, data=$data, bdelay=$b")
+        fi
         # The journal's own account of the whole mount, written at unmount:
         # how many handles shared a commit and how long they waited to batch.
-        [ -f "${images[$i]}.stats" ] && awk -v dev="$dev" -v data="$data" -v b="$b" '
+        [ -f "${images[$i]}.stats" ] && awk -v dev="$dev" -v data="$data" -v b="$b" \
+            -v tr="$(bench_fs_transport "$fs")" '
             /handles per transaction/ { h = $1 }
             /waiting to batch per transaction/ { w = $1 + 0 }
             /transactions \(/ { n = $1 }
-            END { printf "%s\t%s\t%s\t%s\t%s\t%s\n", dev, data, b, n, h, w }' \
+            END { printf "%s\t%s\t%s\t%s\t%s\t%s\t%s\n", dev, data, b, n, h, w, tr }' \
             "${images[$i]}.stats" >>"$results.stats"
         rm -f "${images[$i]}.stats"
         rm -f "${images[$i]}"
@@ -154,6 +173,7 @@ one_device() {
 }
 
 fsck_failed=()
+transport_failed=()
 for data in $datas; do
     for dev in $devices; do
         one_device "$data" "$dev"
@@ -163,4 +183,8 @@ done
 report=("$JBDFS_ROOT/scripts/bench-fsmark.py" "$results")
 [ -n "$charts" ] && report+=(--charts "$charts")
 "$BENCH_PYTHON" "${report[@]}"
-bench_fsck_summary "${fsck_failed[@]}"
+if [ "${#transport_failed[@]}" -gt 0 ]; then
+    printf '\nNot served over the transport they are labelled with (their figures above are wrong):\n'
+    printf -- '- %s\n' "${transport_failed[@]}"
+fi
+bench_fsck_summary "${fsck_failed[@]}" && [ "${#transport_failed[@]}" -eq 0 ]

@@ -1,73 +1,141 @@
 #!/usr/bin/env bash
 # Sequential I/O benchmarks, BENCHMARKS.md sections 2 and 3, on a ramdisk
 # image (/dev/shm) and a disk image (JBDFS_DISK_DIR, default /var/tmp) in
-# one run, each against the raw backing store and Linux ext3 (loop mount)
-# on the same backing:
+# one run, each against the raw backing store, Linux ext3 and XFS (loop
+# mounts of images of the same size) on the same backing:
 #
 #   2. bulk write with fsync: files of 7, 13, 75 and 95 MiB and one of
 #      512 MiB, each `dd bs=1M conv=fsync`, in data=ordered, writeback and
-#      journal; MB/s over all the files of a mode.
+#      journal (XFS and raw have no data modes: one figure for all); MB/s
+#      over all the files of a mode.
 #   3. sequential read, cold cache: a 1 GiB file read with `dd bs=4k` after
 #      unmounting and remounting and `echo 3 > /proc/sys/vm/drop_caches`,
 #      with multiblock mapping and with -o max_map=1.
 #
-#   scripts/bench-seqio.sh [--quick] [--only ramdisk|disk]
+# Each round measures every filesystem in turn (reads: raw, jbdfs on each
+# transport with multiblock and max_map=1, ext3, XFS; writes: raw, XFS, then
+# for each data mode jbdfs on each transport and ext3); the tables give the
+# median of the rounds (3; 1 with --quick), with ratios.
+#
+#   scripts/bench-seqio.sh [--quick] [--only ramdisk|disk] [--rounds R]
+#       [--transport dev_fuse|io_uring|both] [--out FILE]
 #   scripts/bench-seqio.sh --layout [--quick]
 #
-# --layout: the layout check instead. A 4 GiB file written sequentially
-# with dd, then 2 writers of 2 GiB and 4 writers of 1 GiB at once, on a
-# sparse disk image; each file's fragments counted from debugfs (see
-# scripts/bench-seqio.py) and, on a Linux loop mount, with filefrag. Linux
-# ext3 writing the same files is the reference. --quick: 1 GiB in all.
+# --transport: jbdfs on /dev/fuse, on FUSE over io_uring (-o io_uring;
+# enable_uring is turned on for the run and put back), or both (rows
+# jbdfs/dev_fuse and jbdfs/io_uring); default both when enable_uring can be
+# turned on, else dev_fuse. --out keeps the raw results (TSV: fs, backing,
+# read|write, mode, round, MB/s; fs is raw, ext3, xfs or jbdfs/TRANSPORT).
 #
-# --quick: 256 MiB read file, 7+13+64 MiB writes. Prints Markdown tables of
-# MB/s and ratios, and the daemon's peak memory (VmHWM) against cache_size.
-# Needs root (FUSE, loop mounts, drop_caches).
+# --layout: the layout check instead (always on /dev/fuse). A 4 GiB file
+# written sequentially with dd, then 2 writers of 2 GiB and 4 writers of
+# 1 GiB at once, on a sparse disk image; each file's fragments counted from
+# debugfs (see scripts/bench-seqio.py) and, on a Linux loop mount, with
+# filefrag. Linux ext3 writing the same files is the reference. --quick:
+# 1 GiB in all.
+#
+# --quick: 256 MiB read file, 7+13+64 MiB writes, one round. Prints
+# Markdown tables of MB/s and ratios, and the daemon's peak memory (VmHWM)
+# against cache_size. Needs root (FUSE, loop mounts, drop_caches), and
+# mkfs.xfs (scripts/deps.sh installs xfsprogs).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+# shellcheck source=scripts/bench-lib.sh
+. "$JBDFS_ROOT/scripts/bench-lib.sh"
 cd "$JBDFS_ROOT"
 
 quick=0
 layout=0
 only=""
+rounds=""
+transport=""
+out=""
+bench_cmdline "$@"
 while [ $# -gt 0 ]; do
     case "$1" in
         --quick) quick=1 ;;
         --only) only="$2"; shift ;;
         --layout) layout=1 ;;
+        --rounds) rounds="$2"; shift ;;
+        --transport) transport="$2"; shift ;;
+        --out) out="$2"; shift ;;
+        -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
         *) die "unknown argument: $1" ;;
     esac
     shift
 done
 need_root "bench-seqio.sh"
-have_loop || die "loop devices are needed for the Linux ext3 reference"
+have_loop || die "loop devices are needed for the Linux ext3 and XFS references"
+[ "$layout" = 1 ] || command -v mkfs.xfs >/dev/null \
+    || die "mkfs.xfs is missing (scripts/deps.sh installs xfsprogs)"
+case "$only" in
+    "" | ramdisk | disk) ;;
+    *) die "--only takes ramdisk or disk, not $only" ;;
+esac
 
-rounds=3
 if [ "$quick" = 1 ]; then
-    rounds=1
+    rounds="${rounds:-1}"
     read_mib=256
     write_sizes=(7 13 64)
 else
+    rounds="${rounds:-3}"
     read_mib=1024
     write_sizes=(7 13 75 95 512)
 fi
 cache_size="${JBDFS_CACHE_SIZE:-64M}"
 image_size=3G
-bin="${CARGO_TARGET_DIR:-$JBDFS_ROOT/target}/release"
-if [ "${JBDFS_NO_BUILD:-0}" != 1 ]; then
-    cargo build --quiet --release --workspace
-fi
+# JBDFS_BIN_DIR (bench-lib.sh: JBDFS_BIN_DIR, else CARGO_TARGET_DIR's or
+# target/release) is the build measured: scripts/ab-builds.sh sets it.
+bin="$JBDFS_BIN_DIR"
 
 work_dirs=()
 mnt=""
 daemon_pid=""
 cleanup() {
-    if [ -n "$mnt" ] && mountpoint -q "$mnt"; then umount "$mnt" || umount -l "$mnt" || true; fi
-    if [ -n "$daemon_pid" ]; then wait "$daemon_pid" 2>/dev/null || true; fi
+    local i
+    # A daemon interrupted while starting: let it mount (or fail) first, so
+    # that it is unmounted rather than waited for forever.
+    if [ -n "$daemon_pid" ] && [ -n "$mnt" ] && ! mountpoint -q "$mnt"; then
+        for i in $(seq 50); do
+            mountpoint -q "$mnt" && break
+            kill -0 "$daemon_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+    fi
+    if [ -n "$mnt" ] && mountpoint -q "$mnt"; then
+        warn "cleanup: unmounting $mnt"
+        umount "$mnt" 2>/dev/null || umount -l "$mnt" || true
+    fi
+    if [ -n "$daemon_pid" ]; then
+        for i in $(seq 100); do
+            kill -0 "$daemon_pid" 2>/dev/null || break
+            sleep 0.1
+        done
+        if kill -0 "$daemon_pid" 2>/dev/null; then
+            warn "cleanup: jbdfs daemon $daemon_pid still running; sending SIGTERM"
+            kill "$daemon_pid" 2>/dev/null || true
+            sleep 1
+            [ -n "$mnt" ] && mountpoint -q "$mnt" && { umount "$mnt" 2>/dev/null || umount -l "$mnt" || true; }
+        fi
+        wait "$daemon_pid" 2>/dev/null || true
+    fi
+    bench_loop_detach "${work_dirs[@]}"
     for d in "${work_dirs[@]}"; do rm -rf "$d"; done
+    bench_transport_restore
 }
-trap cleanup EXIT
+bench_traps cleanup
+
+if [ "$layout" = 1 ]; then
+    BENCH_TRANSPORTS=dev_fuse
+else
+    [ -n "$transport" ] || transport="$(bench_transport_default)"
+    bench_transport_setup "$transport"
+fi
+if [ "${JBDFS_NO_BUILD:-0}" != 1 ]; then
+    cargo build --quiet --release --workspace
+fi
+[ -x "$bin/jbdfs" ] || die "$bin/jbdfs not found (build it, or set JBDFS_BIN_DIR)"
 
 drop_caches() {
     sync
@@ -80,17 +148,27 @@ dd_mbs() {
 }
 
 peak_kib=0
-# jbdfs_up IMAGE OPTS: serves IMAGE on $mnt in the foreground (so that its
-# memory can be read), waiting until the mount is live.
+# jbdfs_up IMAGE OPTS [TRANSPORT]: serves IMAGE on $mnt in the foreground (so
+# that its memory can be read) on TRANSPORT (dev_fuse, the default, or
+# io_uring), waiting until the mount is live.
 jbdfs_up() {
-    "$bin/jbdfs" -f "$1" "$mnt" -o "cache_size=$cache_size,$2" 2>>"$work/jbdfs.log" &
+    local opts="cache_size=$cache_size" tr="${3:-dev_fuse}" from i
+    [ -n "$2" ] && opts="$opts,$2"
+    [ "$tr" = io_uring ] && opts="$opts,$(bench_uring_opts)"
+    from="$(bench_file_size "$work/jbdfs.log")"
+    "$bin/jbdfs" -f "$1" "$mnt" -o "$opts" >>"$work/jbdfs.log" 2>&1 &
     daemon_pid=$!
-    local i
     for i in $(seq 100); do
-        mountpoint -q "$mnt" && return 0
+        mountpoint -q "$mnt" && break
+        kill -0 "$daemon_pid" 2>/dev/null || break
         sleep 0.1
     done
-    die "jbdfs did not mount $1"
+    if ! mountpoint -q "$mnt"; then
+        tail -n 20 "$work/jbdfs.log" >&2
+        die "jbdfs did not mount $1 with -o $opts"
+    fi
+    [ "$tr" = io_uring ] && bench_check_uring "jbdfs/io_uring ($1)" "$daemon_pid" "$work/jbdfs.log" "$from"
+    return 0
 }
 
 jbdfs_down() {
@@ -106,6 +184,10 @@ ext3_up() {
     mount -t ext3 -o "loop,$2" "$1" "$mnt"
 }
 
+xfs_up() {
+    mount -t xfs -o loop "$1" "$mnt"
+}
+
 new_jbdfs_image() {
     rm -f "$1"
     "$bin/mkfs-jbdfs" -q -F -b 4096 "$1" "$image_size" >/dev/null
@@ -115,6 +197,12 @@ new_ext3_image() {
     rm -f "$1"
     truncate -s "$image_size" "$1"
     mke2fs -q -F -t ext3 -b 4096 "$1" >/dev/null
+}
+
+new_xfs_image() {
+    rm -f "$1"
+    truncate -s "$image_size" "$1"
+    mkfs.xfs -f -q "$1" >/dev/null
 }
 
 # write_files DIR: the bulk-write workload; prints MB/s over all files.
@@ -128,15 +216,11 @@ write_files() {
     awk -v b="$total" -v s="$secs" 'BEGIN { printf "%.1f\n", b / s / 1e6 }'
 }
 
-median() {
-    printf '%s\n' "$@" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+# record FS BACKING TEST MODE ROUND MBS: one result line.
+record() {
+    printf '%s\t%s\t%s\t%s\t%s\t%s\n' "$@" >>"$results"
+    info "$2 $3 $1${4:+ $4} round $5: $6 MB/s"
 }
-
-ratio() {
-    awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "-" }'
-}
-
-declare -A R=()
 
 bench_backing() {
     local name="$1" dir="$2"
@@ -144,66 +228,79 @@ bench_backing() {
     work_dirs+=("$work")
     mnt="$work/mnt"
     mkdir -p "$mnt"
-    local jimg="$work/jbdfs.img" eimg="$work/ext3.img" raw="$work/raw.bin" mode
+    local jimg="$work/jbdfs.img" eimg="$work/ext3.img" ximg="$work/xfs.img" raw="$work/raw.bin"
+    local mode tr first="${BENCH_TRANSPORTS%% *}"
 
     section "$name: sequential read of $read_mib MiB ($dir), median of $rounds rounds"
     dd if=/dev/zero of="$raw" bs=1M count="$read_mib" conv=fsync status=none
     new_jbdfs_image "$jimg"
-    jbdfs_up "$jimg" ""
+    jbdfs_up "$jimg" "" "$first"
     dd if=/dev/zero of="$mnt/big" bs=1M count="$read_mib" conv=fsync status=none
     jbdfs_down
     new_ext3_image "$eimg"
     ext3_up "$eimg" "data=ordered"
     dd if=/dev/zero of="$mnt/big" bs=1M count="$read_mib" conv=fsync status=none
     umount "$mnt"
-    local round kind
-    declare -A got=()
+    new_xfs_image "$ximg"
+    xfs_up "$ximg"
+    dd if=/dev/zero of="$mnt/big" bs=1M count="$read_mib" conv=fsync status=none
+    umount "$mnt"
+    local round kind kinds=(raw)
+    for tr in $BENCH_TRANSPORTS; do kinds+=("jbdfs/$tr:multi" "jbdfs/$tr:single"); done
+    kinds+=(ext3 xfs)
     for round in $(seq "$rounds"); do
-        for kind in raw multi single ext3; do
+        for kind in "${kinds[@]}"; do
             case "$kind" in
                 raw)
                     drop_caches
-                    got[$kind]+=" $(dd_mbs if="$raw" of=/dev/null bs=4k)" ;;
-                multi | single)
+                    record raw "$name" read - "$round" "$(dd_mbs if="$raw" of=/dev/null bs=4k)" ;;
+                jbdfs/*)
                     local opt=""
-                    [ "$kind" = single ] && opt="max_map=1"
-                    jbdfs_up "$jimg" "$opt"
+                    tr="${kind#jbdfs/}"
+                    tr="${tr%:*}"
+                    [ "${kind#*:}" = single ] && opt="max_map=1"
+                    jbdfs_up "$jimg" "$opt" "$tr"
                     drop_caches
-                    got[$kind]+=" $(dd_mbs if="$mnt/big" of=/dev/null bs=4k)"
+                    record "jbdfs/$tr" "$name" read "${kind#*:}" "$round" \
+                        "$(dd_mbs if="$mnt/big" of=/dev/null bs=4k)"
                     jbdfs_down ;;
-                ext3)
-                    ext3_up "$eimg" "data=ordered"
+                ext3 | xfs)
+                    if [ "$kind" = ext3 ]; then ext3_up "$eimg" "data=ordered"; else xfs_up "$ximg"; fi
                     drop_caches
-                    got[$kind]+=" $(dd_mbs if="$mnt/big" of=/dev/null bs=4k)"
+                    record "$kind" "$name" read - "$round" "$(dd_mbs if="$mnt/big" of=/dev/null bs=4k)"
                     umount "$mnt" ;;
             esac
         done
     done
-    for kind in raw multi single ext3; do
-        R[$name.read.$kind]="$(median ${got[$kind]})"
-        info "read $kind MB/s:${got[$kind]}"
-    done
     e2fsck -fn "$jimg" >/dev/null 2>&1 || die "e2fsck -fn found problems in the jbdfs image"
-    rm -f "$jimg" "$eimg" "$raw"
-    info "read MB/s: multiblock ${R[$name.read.multi]}, max_map=1 ${R[$name.read.single]}, raw ${R[$name.read.raw]}, ext3 ${R[$name.read.ext3]}"
+    rm -f "$jimg" "$eimg" "$ximg" "$raw"
 
-    section "$name: bulk write with fsync (${write_sizes[*]} MiB)"
-    mkdir -p "$work/raw"
-    R[$name.write.raw]="$(write_files "$work/raw")"
-    rm -rf "$work/raw"
-    for mode in ordered writeback journal; do
-        new_jbdfs_image "$jimg"
-        jbdfs_up "$jimg" "data=$mode"
-        R[$name.write.$mode]="$(write_files "$mnt")"
-        jbdfs_down
-        e2fsck -fn "$jimg" >/dev/null 2>&1 || die "e2fsck -fn found problems after data=$mode writes"
-        rm -f "$jimg"
-        new_ext3_image "$eimg"
-        ext3_up "$eimg" "data=$mode"
-        R[$name.write.ext3-$mode]="$(write_files "$mnt")"
+    section "$name: bulk write with fsync (${write_sizes[*]} MiB), median of $rounds rounds"
+    for round in $(seq "$rounds"); do
+        mkdir -p "$work/raw"
+        record raw "$name" write - "$round" "$(write_files "$work/raw")"
+        rm -rf "$work/raw"
+        new_xfs_image "$ximg"
+        xfs_up "$ximg"
+        record xfs "$name" write - "$round" "$(write_files "$mnt")"
         umount "$mnt"
-        rm -f "$eimg"
-        info "write data=$mode MB/s: jbdfs ${R[$name.write.$mode]}, ext3 ${R[$name.write.ext3-$mode]}, raw ${R[$name.write.raw]}"
+        rm -f "$ximg"
+        for mode in ordered writeback journal; do
+            for tr in $BENCH_TRANSPORTS; do
+                new_jbdfs_image "$jimg"
+                jbdfs_up "$jimg" "data=$mode" "$tr"
+                record "jbdfs/$tr" "$name" write "$mode" "$round" "$(write_files "$mnt")"
+                jbdfs_down
+                e2fsck -fn "$jimg" >/dev/null 2>&1 \
+                    || die "e2fsck -fn found problems after data=$mode writes on jbdfs/$tr"
+                rm -f "$jimg"
+            done
+            new_ext3_image "$eimg"
+            ext3_up "$eimg" "data=$mode"
+            record ext3 "$name" write "$mode" "$round" "$(write_files "$mnt")"
+            umount "$mnt"
+            rm -f "$eimg"
+        done
     done
     rm -rf "$work"
 }
@@ -273,6 +370,11 @@ if [ "$layout" = 1 ]; then
     exit 0
 fi
 
+results="${out:-$(mktemp /tmp/jbdfs-seqio.XXXXXX.tsv)}"
+: >"$results"
+info "raw results: $results"
+bench_header "sequential I/O: bulk write with fsync, cold sequential read (bench-seqio.sh)"
+
 backings=()
 [ "$only" != disk ] && backings+=("ramdisk:/dev/shm")
 [ "$only" != ramdisk ] && backings+=("disk:${JBDFS_DISK_DIR:-/var/tmp}")
@@ -281,25 +383,7 @@ for b in "${backings[@]}"; do
 done
 
 section "results ($(nproc) cores, $(awk '/MemTotal/ { printf "%.0f GiB", $2 / 1048576 }' /proc/meminfo), $(date -u +%F))"
-echo
-echo "Sequential read, $read_mib MiB, dd bs=4k, cold cache (MB/s):"
-echo
-echo "| backing | jbdfs multiblock | jbdfs max_map=1 | raw | Linux ext3 | multi/single | multi/raw | multi/ext3 |"
-echo "|---|---|---|---|---|---|---|---|"
-for b in "${backings[@]}"; do
-    n="${b%%:*}"
-    echo "| $n | ${R[$n.read.multi]} | ${R[$n.read.single]} | ${R[$n.read.raw]} | ${R[$n.read.ext3]} | $(ratio "${R[$n.read.multi]}" "${R[$n.read.single]}") | $(ratio "${R[$n.read.multi]}" "${R[$n.read.raw]}") | $(ratio "${R[$n.read.multi]}" "${R[$n.read.ext3]}") |"
-done
-echo
-echo "Bulk write with fsync, ${write_sizes[*]} MiB files, dd bs=1M conv=fsync (MB/s):"
-echo
-echo "| backing | mode | jbdfs | Linux ext3 | raw | jbdfs/raw | jbdfs/ext3 |"
-echo "|---|---|---|---|---|---|---|"
-for b in "${backings[@]}"; do
-    n="${b%%:*}"
-    for mode in ordered writeback journal; do
-        echo "| $n | $mode | ${R[$n.write.$mode]} | ${R[$n.write.ext3-$mode]} | ${R[$n.write.raw]} | $(ratio "${R[$n.write.$mode]}" "${R[$n.write.raw]}") | $(ratio "${R[$n.write.$mode]}" "${R[$n.write.ext3-$mode]}") |"
-    done
-done
+"$BENCH_PYTHON" "$JBDFS_ROOT/scripts/bench-seqio.py" report "$results" \
+    --read-mib "$read_mib" --write-sizes "${write_sizes[*]}" --rounds "$rounds"
 echo
 echo "jbdfs daemon peak memory (VmHWM over every run): $((peak_kib / 1024)) MiB, with cache_size=$cache_size"

@@ -6,7 +6,9 @@ one mounted filesystem; used by scripts/bench-tree.sh.
         prints one TSV line per phase: phase, seconds, MiB moved
     bench-tree.py report RESULTS.tsv [--charts DIR]
         RESULTS lines are: fs, device, phase, seconds, MiB; prints the
-        table of seconds per phase against Linux ext3, with ratios
+        table of seconds per phase against Linux ext3, with ratios; fs is
+        ext3, jbdfs/TRANSPORT or floor/TRANSPORT (dev_fuse or io_uring; a
+        plain jbdfs or floor is dev_fuse), one column per transport
 
 The tree is shaped like a kernel source tree: nested directories, sizes
 drawn from a fixed seed (log-normal, median ~7 KiB). Phases: initial create,
@@ -152,45 +154,81 @@ def run(args):
         print(f"{phase}\t{secs:.4f}\t{moved / MIB:.2f}", flush=True)
 
 
+TRANSPORT_ORDER = ["dev_fuse", "io_uring"]
+
+
+def fs_name(fs):
+    """The FUSE filesystems with their transport: jbdfs -> jbdfs/dev_fuse."""
+    return f"{fs}/dev_fuse" if fs in ("jbdfs", "floor") else fs
+
+
 def report_results(args):
     res = defaultdict(lambda: defaultdict(list))
     with open(args.results) as f:
         for line in f:
             fs, dev, phase, secs, mib = line.rstrip("\n").split("\t")
-            res[(fs, dev)][phase].append((float(secs), float(mib)))
+            res[(fs_name(fs), dev)][phase].append((float(secs), float(mib)))
     # The best (fastest) of the repeats: on a shared machine other work only
     # ever slows a phase down.
     med = {k: {p: min(v) for p, v in d.items()} for k, d in res.items()}
+
+    def on(base, dev):
+        """{transport: {phase: (s, MiB)}} for jbdfs or floor on dev, in order."""
+        found = {fs.split("/", 1)[1]: d for (fs, d2), d in med.items() if fs.startswith(base + "/") and d2 == dev}
+        return {t: found[t] for t in sorted(found, key=lambda t: (TRANSPORT_ORDER + [t]).index(t))}
+
     for dev in sorted({d for _, d in med}):
-        mine, ext3 = med.get(("jbdfs", dev), {}), med.get(("ext3", dev), {})
-        floor = med.get(("floor", dev), {})
+        mine, ext3, floors = on("jbdfs", dev), med.get(("ext3", dev), {}), on("floor", dev)
         secs = lambda r: f"{r[0]:.2f}" if r else "–"  # noqa: E731
         rate = lambda r: f"{r[1] / r[0]:.1f}" if r and r[1] and r[0] > 0 else "–"  # noqa: E731
         first = lambda r: r[0] if r else None  # noqa: E731
-        rows = []
-        for p in PHASES:
-            a, b, c = mine.get(p), ext3.get(p), floor.get(p)
-            row = [p, secs(a), rate(a), secs(b), rate(b), report.ratio(first(a), first(b))]
-            if floor:
-                row += [secs(c), report.ratio(first(c), first(b)), report.ratio(first(a), first(c))]
-            rows.append(row)
-        total = [sum(d[p][0] for p in PHASES if p in d) for d in (mine, ext3, floor)]
-        row = ["total", f"{total[0]:.2f}", "", f"{total[1]:.2f}", "", report.ratio(total[0], total[1])]
-        if floor:
-            row += [f"{total[2]:.2f}", report.ratio(total[2], total[1]), report.ratio(total[0], total[2])]
-        rows.append(row)
+        both = len(mine) > 1 and "io_uring" in mine and "dev_fuse" in mine
+        both_floor = len(floors) > 1 and "io_uring" in floors and "dev_fuse" in floors
+        head = ["phase"]
+        for t in mine:
+            head += [f"jbdfs/{t} s", f"jbdfs/{t} MiB/s"]
+        head += ["ext3 s", "ext3 MiB/s"] + [f"(jbdfs/{t})/ext3" for t in mine]
+        if both:
+            head.append("jbdfs io_uring/dev_fuse")
+        for t in floors:
+            head += [f"floor/{t} s", f"(floor/{t})/ext3"]
+            if t in mine:
+                head.append(f"(jbdfs/{t})/(floor/{t})")
+        if both_floor:
+            head.append("floor io_uring/dev_fuse")
+
+        def row(label, get, value, show_rate):
+            """get(series) -> (s, MiB) or None; value(r) -> seconds or None."""
+            out = [label]
+            for t in mine:
+                out += [value(get(mine[t])), rate(get(mine[t])) if show_rate else ""]
+            out += [value(get(ext3)), rate(get(ext3)) if show_rate else ""]
+            out += [report.ratio(first(get(mine[t])), first(get(ext3))) for t in mine]
+            if both:
+                out.append(report.ratio(first(get(mine["io_uring"])), first(get(mine["dev_fuse"]))))
+            for t in floors:
+                out += [value(get(floors[t])), report.ratio(first(get(floors[t])), first(get(ext3)))]
+                if t in mine:
+                    out.append(report.ratio(first(get(mine[t])), first(get(floors[t]))))
+            if both_floor:
+                out.append(report.ratio(first(get(floors["io_uring"])), first(get(floors["dev_fuse"]))))
+            return out
+
+        rows = [row(p, lambda d, p=p: d.get(p), secs, True) for p in PHASES]
+
+        def total(d):
+            return (sum(d[p][0] for p in PHASES if p in d), 0) if d else None
+
+        rows.append(row("total", total, secs, False))
         print(f"\nSource tree (compilebench-like) on {dev}: seconds per phase, best of the repeats "
               "(lower is better), "
-              f"MiB/s where data moves; ratio = jbdfs time / ext3 time:\n")
-        head = ["phase", "jbdfs s", "jbdfs MiB/s", "ext3 s", "ext3 MiB/s", "jbdfs/ext3"]
-        if floor:
-            head += ["FUSE floor s", "floor/ext3", "jbdfs/floor"]
+              f"MiB/s where data moves; ratios are of times (jbdfs/TRANSPORT time / ext3 time):\n")
         report.table(head, rows)
         if args.charts:
-            bars = [("jbdfs", [mine.get(p, (None,))[0] for p in PHASES]),
-                    ("Linux ext3", [ext3.get(p, (None,))[0] for p in PHASES])]
-            if floor:
-                bars.append(("FUSE floor (no storage)", [floor.get(p, (None,))[0] for p in PHASES]))
+            bars = [(f"jbdfs/{t}", [d.get(p, (None,))[0] for p in PHASES]) for t, d in mine.items()]
+            bars.append(("Linux ext3", [ext3.get(p, (None,))[0] for p in PHASES]))
+            bars += [(f"FUSE floor/{t} (no storage)", [d.get(p, (None,))[0] for p in PHASES])
+                     for t, d in floors.items()]
             report.bar_chart(os.path.join(args.charts, f"tree-{dev}.png"),
                              f"compilebench-like phases on {dev} (seconds, lower is better)",
                              "seconds", PHASES, bars)

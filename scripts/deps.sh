@@ -25,6 +25,7 @@ fuse3          fusermount3 mount.fuse3
 libfuse3-dev   -
 pkg-config     pkg-config
 e2fsprogs      mke2fs e2fsck debugfs dumpe2fs
+xfsprogs       mkfs.xfs
 fuse2fs        fuse2fs
 fsmark         fs_mark
 util-linux     -
@@ -33,6 +34,7 @@ kmod           modprobe
 python3        python3
 g++            g++
 python3-matplotlib -
+shellcheck     shellcheck
 "
 
 pkg_installed() {
