@@ -47,16 +47,12 @@ info "results and logs in $work"
 results="$work/results.tsv"
 : >"$results"
 
-# seqio_rows LABEL ROUND FILE: the jbdfs figures of bench-seqio's tables.
+# seqio_rows LABEL ROUND TSV: the jbdfs figures of bench-seqio's --out
+# (fs, backing, read|write, mode, round, MB/s).
 seqio_rows() {
-    awk -F'|' -v l="$1" -v r="$2" '
-        function n(s) { gsub(/[ ,]/, "", s); return s }
-        NF == 10 && n($3) ~ /^[0-9.]+$/ {
-            print l "\t" r "\tread " n($2) " multiblock, MB/s\t" n($3)
-            print l "\t" r "\tread " n($2) " max_map=1, MB/s\t" n($4)
-        }
-        NF == 9 && n($4) ~ /^[0-9.]+$/ {
-            print l "\t" r "\twrite " n($2) " data=" n($3) ", MB/s\t" n($4)
+    awk -F'\t' -v l="$1" -v r="$2" '$1 ~ /^jbdfs/ {
+            what = ($3 == "read") ? "read " $2 " " $4 : "write " $2 " data=" $4
+            print l "\t" r "\t" what ", MB/s\t" $6
         }' "$3"
 }
 
@@ -65,16 +61,17 @@ one_build() {
     local label="$1" bin="$2" round="$3" tsv="$work/fsmark-$1-$3.tsv"
     info "round $round: $label"
     JBDFS_NO_BUILD=1 JBDFS_BIN_DIR="$bin" "$JBDFS_ROOT/scripts/bench-fsmark.sh" \
-        --devices "ram disk" --bdelay auto --threads "$threads" --no-refs \
+        --devices "ram disk" --bdelay auto --threads "$threads" --no-refs --transport dev_fuse \
         --out "$tsv" >"$work/fsmark-$label-$round.log" 2>&1 \
         || die "bench-fsmark failed for $label (see $work/fsmark-$label-$round.log)"
     awk -F'\t' -v l="$label" -v r="$round" \
         '{ print l "\t" r "\tfs_mark " $2 ", " $5 " threads, files/s\t" $6 }' "$tsv" >>"$results"
     [ "$seqio" = 1 ] || return 0
     JBDFS_NO_BUILD=1 JBDFS_BIN_DIR="$bin" "$JBDFS_ROOT/scripts/bench-seqio.sh" --quick \
+        --transport dev_fuse --out "$work/seqio-$label-$round.tsv" \
         >"$work/seqio-$label-$round.md" 2>"$work/seqio-$label-$round.log" \
         || die "bench-seqio failed for $label (see $work/seqio-$label-$round.log)"
-    seqio_rows "$label" "$round" "$work/seqio-$label-$round.md" >>"$results"
+    seqio_rows "$label" "$round" "$work/seqio-$label-$round.tsv" >>"$results"
 }
 
 n="${#builds[@]}"
