@@ -183,6 +183,16 @@ bench_uring_opts() {
     printf 'io_uring%s\n' "${BENCH_URING_Q_DEPTH:+,io_uring_q_depth=$BENCH_URING_Q_DEPTH}"
 }
 
+# bench_transport_opts TRANSPORT: jbdfs's mount options for it. Explicit
+# both ways: by default jbdfs serves over io_uring whenever enable_uring is
+# on, and the scripts turn it on for their io_uring columns.
+bench_transport_opts() {
+    case "$1" in
+        io_uring) bench_uring_opts ;;
+        *) printf 'noio_uring\n' ;;
+    esac
+}
+
 # bench_file_size FILE: its size in bytes (0 when it does not exist).
 bench_file_size() {
     stat -c %s "$1" 2>/dev/null || printf '0\n'
@@ -346,7 +356,7 @@ bench_mount() {
             opts="data=$data"
             [ -n "$(bench_devsim_opt "$dev")" ] && opts="$opts,$(bench_devsim_opt "$dev")"
             [ -n "$extra" ] && opts="$opts,$extra"
-            [ "$transport" = io_uring ] && opts="$opts,$(bench_uring_opts)"
+            opts="$opts,$(bench_transport_opts "${transport:-dev_fuse}")"
             mount_jbdfs "$img" "$dir" "$log" "$opts"
             ;;
         ext3)

@@ -154,7 +154,7 @@ peak_kib=0
 jbdfs_up() {
     local opts="cache_size=$cache_size" tr="${3:-dev_fuse}" from i
     [ -n "$2" ] && opts="$opts,$2"
-    [ "$tr" = io_uring ] && opts="$opts,$(bench_uring_opts)"
+    opts="$opts,$(bench_transport_opts "$tr")"
     from="$(bench_file_size "$work/jbdfs.log")"
     "$bin/jbdfs" -f "$1" "$mnt" -o "$opts" >>"$work/jbdfs.log" 2>&1 &
     daemon_pid=$!

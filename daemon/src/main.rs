@@ -15,6 +15,7 @@ use anyhow::{bail, Context};
 use clap::{ArgAction, CommandFactory, Parser};
 use jbdfs::journal::Batching;
 use jbdfs_daemon::daemon::{self, DaemonConfig};
+use jbdfs_daemon::fuse::Transport;
 use jbdfs_daemon::options::{Bdelay, MountOptions};
 use tracing_subscriber::EnvFilter;
 
@@ -40,6 +41,10 @@ jbdfs options (-o):
   threads=N                        FUSE worker threads (1-1024, default 8)
   direct                           O_DIRECT on the backing store
   direct_io                        open files bypass the kernel's page cache
+  io_uring, noio_uring             FUSE over io_uring rings, or /dev/fuse (default:
+                                   rings when /sys/module/fuse/parameters/enable_uring
+                                   is on; io_uring warns when it cannot have them)
+  io_uring_q_depth=N               ring entries per CPU (1-1024, default 8)
   debug, sync, dirsync, max_map=N, devsim=MODEL, stats=PATH, record=PATH
 Generic FUSE and mount options (ro, rw, noatime, allow_other, default_permissions,
 fsname=, ...) are passed on; fstab, systemd (x-*) and SELinux options are accepted."
@@ -111,10 +116,13 @@ fn run(args: Args) -> anyhow::Result<()> {
         direct_io: opts.direct_io,
         fuse_direct_io: opts.fuse_direct_io,
         transport: match opts.io_uring {
-            true => jbdfs_daemon::fuse::Transport::IoUring {
+            Some(true) => Transport::IoUring {
                 depth: opts.io_uring_q_depth,
             },
-            false => jbdfs_daemon::fuse::Transport::DevFuse,
+            Some(false) => Transport::DevFuse,
+            None => Transport::Auto {
+                depth: opts.io_uring_q_depth,
+            },
         },
         allow_other: opts.generic.iter().any(|o| o == "allow_other"),
         generic: opts.generic.clone(),

@@ -189,9 +189,11 @@ pub struct MountOptions {
     /// Bypass the kernel's page cache for every open file (`-o direct_io`,
     /// libfuse's name): each read and write is a request to the daemon.
     pub fuse_direct_io: bool,
-    /// Serve requests over io_uring where the kernel offers it
-    /// (`-o io_uring`, libfuse's name), else over /dev/fuse.
-    pub io_uring: bool,
+    /// Serve requests over io_uring: `Some(true)` with `-o io_uring`
+    /// (libfuse's name; a warning if the kernel cannot), `Some(false)` with
+    /// `-o noio_uring`, `None` by default: io_uring when the kernel offers
+    /// it, quietly /dev/fuse when not.
+    pub io_uring: Option<bool>,
     /// Ring entries per CPU queue (`-o io_uring_q_depth=N`).
     pub io_uring_q_depth: u32,
     /// Directory changes are synchronous.
@@ -226,7 +228,7 @@ impl Default for MountOptions {
             debug: false,
             direct_io: false,
             fuse_direct_io: false,
-            io_uring: false,
+            io_uring: None,
             io_uring_q_depth: DEFAULT_IO_URING_Q_DEPTH,
             dirsync: false,
             sync: false,
@@ -343,8 +345,8 @@ impl MountOptions {
             "debug" => self.debug = flag(key, value)?,
             "direct" => self.direct_io = flag(key, value)?,
             "direct_io" => self.fuse_direct_io = flag(key, value)?,
-            "io_uring" => self.io_uring = flag(key, value)?,
-            "noio_uring" => self.io_uring = !flag(key, value)?,
+            "io_uring" => self.io_uring = Some(flag(key, value)?),
+            "noio_uring" => self.io_uring = Some(!flag(key, value)?),
             "io_uring_q_depth" => {
                 self.io_uring_q_depth = in_range(key, value, IO_URING_Q_DEPTH_RANGE)?
             }
@@ -700,9 +702,10 @@ mod tests {
     #[test]
     fn io_uring_options() {
         let o = parse("io_uring,io_uring_q_depth=16");
-        assert!(o.io_uring);
+        assert_eq!(o.io_uring, Some(true));
         assert_eq!(o.io_uring_q_depth, 16);
-        assert!(!parse("io_uring,noio_uring").io_uring);
+        assert_eq!(parse("io_uring,noio_uring").io_uring, Some(false));
+        assert_eq!(parse("rw").io_uring, None);
         assert_eq!(parse("rw").io_uring_q_depth, DEFAULT_IO_URING_Q_DEPTH);
         assert_bad_value("io_uring_q_depth=0", "io_uring_q_depth");
         assert_bad_value("io_uring_q_depth=1025", "io_uring_q_depth");

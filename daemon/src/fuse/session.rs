@@ -20,8 +20,12 @@ pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 pub enum Transport {
     /// read and writev on /dev/fuse, by fuser's workers.
     DevFuse,
-    /// FUSE over io_uring with this many entries per CPU queue.
+    /// FUSE over io_uring with this many entries per CPU queue; one
+    /// warning, and /dev/fuse, when the kernel cannot give it.
     IoUring { depth: u32 },
+    /// io_uring when the kernel offers it (enable_uring is on), quietly
+    /// /dev/fuse when not: the default.
+    Auto { depth: u32 },
 }
 
 /// A mounted session, not yet serving.
@@ -77,13 +81,17 @@ pub fn mount<H: Handler>(
     direct_io: bool,
     transport: Transport,
 ) -> io::Result<Mounted<H>> {
-    let mut want_rings = match transport {
-        Transport::DevFuse => None,
-        Transport::IoUring { depth } => Some(depth),
+    let (mut want_rings, asked) = match transport {
+        Transport::DevFuse => (None, false),
+        Transport::IoUring { depth } => (Some(depth), true),
+        Transport::Auto { depth } => (Some(depth), false),
     };
     if want_rings.is_some() {
         if let Some(why) = uring_unavailable() {
-            tracing::warn!("{why}: serving over /dev/fuse");
+            match asked {
+                true => tracing::warn!("{why}: serving over /dev/fuse"),
+                false => tracing::debug!("{why}: serving over /dev/fuse"),
+            }
             want_rings = None;
         }
     }
@@ -95,9 +103,11 @@ pub fn mount<H: Handler>(
     let negotiated = adapter.negotiated();
     let session = fuser::Session::new(adapter, mountpoint, config)?;
     if want_rings.is_some() && !negotiated.io_uring.load(Ordering::Acquire) {
-        tracing::warn!(
-            "the kernel did not offer FUSE_OVER_IO_URING at FUSE_INIT ({ENABLE_URING}): serving over /dev/fuse"
-        );
+        let why = "the kernel did not offer FUSE_OVER_IO_URING at FUSE_INIT";
+        match asked {
+            true => tracing::warn!("{why} ({ENABLE_URING}): serving over /dev/fuse"),
+            false => tracing::debug!("{why}: serving over /dev/fuse"),
+        }
         want_rings = None;
     }
     Ok(Mounted {
