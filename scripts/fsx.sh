@@ -22,6 +22,10 @@
 #                     three data modes, 1 KiB and 4 KiB blocks
 #   --quick           with --stress: seeds "11 13", 20000 operations, fsx's
 #                     default configuration only (what CI runs)
+#   --transport T     how the kernel reaches the daemon: dev_fuse (the
+#                     default; -o noio_uring) or io_uring (-o io_uring;
+#                     needs the kernel's enable_uring on). Each mount's
+#                     stats file must show that it was served so.
 #   --mount-opts OPTS extra jbdfs -o options (default none)
 #   --logs DIR        where logs go (default a new directory in $JBDFS_WORKDIR)
 #   --keep            keep the images
@@ -38,7 +42,8 @@
 # files in the logs directory.
 #
 # Prints `fsx: N runs, F failed` and exits non-zero if any run, unmount or
-# e2fsck failed, or the daemon panicked. Needs root and /dev/fuse. See
+# e2fsck failed, the daemon panicked, or a mount was not served over the
+# --transport asked for. Needs root and /dev/fuse. See
 # docs/PJDFSTEST.md.
 set -euo pipefail
 
@@ -57,6 +62,8 @@ jobs=1
 hogs=0
 stress=0
 quick=0
+transport=dev_fuse
+transport_opt=""
 mount_opts=""
 logs=""
 while [ $# -gt 0 ]; do
@@ -77,10 +84,11 @@ while [ $# -gt 0 ]; do
         --hog) hogs="$2"; shift ;;
         --stress) stress=1 ;;
         --quick) quick=1 ;;
+        --transport) transport="$2"; shift ;;
         --mount-opts) mount_opts="$2"; shift ;;
         --logs) logs="$2"; shift ;;
         --keep) MNT_KEEP=1 ;;
-        -h | --help) sed -n '2,43s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        -h | --help) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit 0 ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
     shift
@@ -102,6 +110,7 @@ fi
 
 need_root "fsx.sh (it mounts jbdfs)"
 [ -e /dev/fuse ] || die "/dev/fuse is missing"
+transport_opt="$(transport_option "$transport")"
 
 hog_pids=()
 stop_hogs() {
@@ -226,15 +235,20 @@ for bs in $block_sizes; do
     for mode in $modes; do
         for config in $configs; do
             group="b$bs-$mode-$config"
-            section "fsx: $group, seeds $seeds, $ops operations, $jobs at a time"
+            section "fsx: $group, seeds $seeds, $ops operations, $jobs at a time, over $transport"
             new_image img "$bs" 1G
             new_mountpoint mnt jbdfs-fsx-mnt
-            opts="data=$mode${mount_opts:+,$mount_opts}"
+            stats="$logs/stats-$group"
+            opts="data=$mode,stats=$stats${transport_opt:+,$transport_opt}${mount_opts:+,$mount_opts}"
             mount_jbdfs "$img" "$mnt" "$logs/jbdfs-$group.log" "$opts"
             run_seeds "$group" "$config" "$mnt"
             if ! umount_jbdfs "$mnt"; then
                 failed=$((failed + 1))
                 problems+=("$group: unmount failed")
+            fi
+            if ! check_transport "$stats" "$transport"; then
+                failed=$((failed + 1))
+                problems+=("$group: not served over $transport (see $stats)")
             fi
             if ! check_image "$img" "$logs/e2fsck-$group.log"; then
                 failed=$((failed + 1))

@@ -99,6 +99,39 @@ new_mountpoint() {
     printf -v "$_var" '%s' "$_dir"
 }
 
+# The kernel's switch for FUSE over io_uring (Y or N; root writes 1 or 0).
+ENABLE_URING=/sys/module/fuse/parameters/enable_uring
+
+# transport_option TRANSPORT: print the jbdfs -o option that serves over
+# TRANSPORT: dev_fuse (noio_uring: the daemon's default is io_uring whenever
+# enable_uring is on) or io_uring (io_uring). Dies on anything else, and on
+# io_uring where enable_uring is not on: the daemon would only warn and
+# serve over /dev/fuse, and the run would test the wrong thing.
+transport_option() {
+    case "$1" in
+        dev_fuse) echo noio_uring ;;
+        io_uring)
+            [ "$(cat "$ENABLE_URING" 2>/dev/null)" = Y ] \
+                || die "--transport io_uring, but $ENABLE_URING is $(cat "$ENABLE_URING" 2>/dev/null || echo missing) (as root: echo 1 > $ENABLE_URING)"
+            echo io_uring ;;
+        *) die "--transport takes dev_fuse or io_uring, not '$1'" ;;
+    esac
+}
+
+# check_transport STATS TRANSPORT: the last line of a jbdfs -o stats=STATS
+# file (written at unmount) says the mount was served over TRANSPORT.
+check_transport() {
+    local line
+    line="$(tail -n 1 "$1" 2>/dev/null || true)"
+    case "$2:$line" in
+        "dev_fuse:transport: /dev/fuse"* | "io_uring:transport: io_uring"*)
+            info "served over $2 ($line)"
+            return 0 ;;
+    esac
+    warn "the mount was to be served over $2, but $1 ends: ${line:-(nothing)}"
+    return 1
+}
+
 # mount_jbdfs IMAGE DIR LOG [OPTS]: start the jbdfs daemon in the foreground
 # (in the background of this shell), its output going to LOG, and wait until
 # DIR is a mount point (30 s at most).

@@ -13,6 +13,10 @@
 #                     0.02; it must exceed the timestamp granularity, which
 #                     for Linux is a jiffy: 0.001 fails on Linux ext3 too)
 #   -b BYTES          image block size (default 4096)
+#   --transport T     how the kernel reaches the daemon: dev_fuse (the
+#                     default; -o noio_uring) or io_uring (-o io_uring;
+#                     needs the kernel's enable_uring on). The mount's
+#                     stats file must show that it was served so.
 #   --mount-opts OPTS extra jbdfs -o options (allow_other,suid,dev are always given)
 #   --logs DIR        where logs go (default a new directory in $JBDFS_WORKDIR)
 #   --keep            keep the image
@@ -24,7 +28,8 @@
 # unmounts (scripts/umount.fuse.jbdfs for jbdfs) and runs `e2fsck -fn`.
 # Prints every failure with its message, then
 # `pjdfstest: N passed, F failed, S skipped`, and exits non-zero if a test
-# failed, pjdfstest itself failed, or the unmount or e2fsck failed.
+# failed, pjdfstest itself failed, the unmount or e2fsck failed, or the mount
+# was not served over the --transport asked for.
 # Needs root, and /dev/fuse (jbdfs) or loop devices (--linux).
 # See docs/PJDFSTEST.md for the results and what the failures mean.
 set -euo pipefail
@@ -38,6 +43,8 @@ linux=0
 all_features=0
 naptime=0.02
 bs=4096
+transport=dev_fuse
+transport_opt=""
 mount_opts=""
 logs=""
 patterns=()
@@ -47,10 +54,11 @@ while [ $# -gt 0 ]; do
         --all-features) all_features=1 ;;
         --naptime) naptime="$2"; shift ;;
         -b) bs="$2"; shift ;;
+        --transport) transport="$2"; shift ;;
         --mount-opts) mount_opts="$2"; shift ;;
         --logs) logs="$2"; shift ;;
         --keep) MNT_KEEP=1 ;;
-        -h | --help) sed -n '2,30s/^# \{0,1\}//p' "$0"; exit 0 ;;
+        -h | --help) awk 'NR == 1 { next } /^#/ { sub(/^# ?/, ""); print; next } { exit }' "$0"; exit 0 ;;
         --) shift; patterns=("$@"); break ;;
         *) die "unknown argument: $1 (see --help)" ;;
     esac
@@ -62,6 +70,7 @@ if [ "$linux" -eq 1 ]; then
     have_loop || die "--linux needs loop devices"
 else
     [ -e /dev/fuse ] || die "/dev/fuse is missing"
+    transport_opt="$(transport_option "$transport")"
 fi
 trap mnt_cleanup EXIT
 trap 'exit 130' INT TERM HUP
@@ -131,7 +140,7 @@ if [ "$linux" -eq 1 ]; then
     what="Linux ext3"
     new_image img "$bs" 512M mke2fs
 else
-    what="jbdfs"
+    what="jbdfs over $transport"
     new_image img "$bs" 512M mkfs-jbdfs
 fi
 mountpoint_for_pjdfstest
@@ -140,7 +149,8 @@ section "pjdfstest on $what (${bs}-byte blocks, naptime $naptime) in $mnt"
 if [ "$linux" -eq 1 ]; then
     mount_ext3 "$img" "$mnt"
 else
-    opts="allow_other,suid,dev${mount_opts:+,$mount_opts}"
+    stats="$logs/stats"
+    opts="allow_other,suid,dev,stats=$stats${transport_opt:+,$transport_opt}${mount_opts:+,$mount_opts}"
     mount_jbdfs "$img" "$mnt" "$logs/jbdfs.log" "$opts"
 fi
 
@@ -160,6 +170,7 @@ else
         grep -A3 'panicked' "$logs/jbdfs.log" >&2
         warn "jbdfs panicked (see $logs/jbdfs.log)"
     fi
+    check_transport "$stats" "$transport" || ok=0
 fi
 check_image "$img" "$logs/e2fsck.log" || ok=0
 [ "$ok" -eq 0 ] || info "e2fsck -fn: clean"

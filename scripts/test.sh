@@ -9,11 +9,22 @@
 #   2. cargo fmt --check      formatting
 #   3. cargo clippy           lints, warnings are errors
 #   4. cargo test --release   every test in the workspace (release: making
-#                             multi-GiB images and the FUSE tests are slow in debug)
-#   5. scripts/fuzz.sh 20     each fuzz target for 20 seconds
-#   6. crash-campaign --quick crash states of in-process workloads (docs/CRASH.md)
-#   7. fsx.sh --stress --quick two fsx at once in each data mode and block
-#                             size, beside CPU hogs (races hide on a quiet machine)
+#                             multi-GiB images and the FUSE tests are slow in
+#                             debug), the FUSE tests over /dev/fuse
+#   5. the io_uring pass      with the kernel's enable_uring turned on (and put
+#                             back afterwards, also on failure): the FUSE test
+#                             binaries again over FUSE-over-io_uring
+#                             (JBDFS_TEST_TRANSPORT=io_uring cargo test -p
+#                             jbdfs-daemon --tests), pjdfstest.sh and
+#                             fsx.sh --stress --quick with --transport io_uring.
+#                             Where enable_uring cannot be written it is not
+#                             run, and says so; with CI set that is a failure.
+#   6. scripts/fuzz.sh 20     each fuzz target for 20 seconds
+#   7. crash-campaign --quick crash states of in-process workloads (docs/CRASH.md)
+#   8. fsx.sh --stress --quick two fsx at once in each data mode and block
+#                             size, beside CPU hogs (races hide on a quiet
+#                             machine), over /dev/fuse
+# Each step's time is printed after it, and all of them at the end.
 # Works from any directory.
 set -euo pipefail
 
@@ -21,21 +32,75 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 cd "$JBDFS_ROOT"
 
+timings=()
 step() {
+    local start=$SECONDS status
     section "$*"
     "$@" || {
         status=$?
-        printf '\ntest.sh: FAILED (exit %d): %s\n' "$status" "$*" >&2
+        printf '\ntest.sh: FAILED (exit %d, after %d s): %s\n' "$status" $((SECONDS - start)) "$*" >&2
         exit "$status"
     }
+    timings+=("$(printf '%5d s  %s' $((SECONDS - start)) "$*")")
+    printf '\ntest.sh: %d s: %s\n' $((SECONDS - start)) "$*"
+}
+
+# FUSE over io_uring is off unless root turns the fuse module's switch on.
+# The io_uring pass turns it on and puts back what it found, on any exit.
+ENABLE_URING=/sys/module/fuse/parameters/enable_uring
+uring_was=""
+uring_restore() {
+    [ -n "$uring_was" ] || return 0
+    if echo "$uring_was" >"$ENABLE_URING"; then
+        printf 'test.sh: %s put back to %s\n' "$ENABLE_URING" "$uring_was"
+    else
+        printf 'test.sh: cannot put %s back to %s\n' "$ENABLE_URING" "$uring_was" >&2
+        return 1
+    fi
+    uring_was=""
+}
+trap uring_restore EXIT
+trap 'exit 130' INT TERM HUP
+
+# uring_on: turn enable_uring on for the io_uring pass. False, saying why,
+# where it cannot be (with CI set, the run fails instead).
+uring_on() {
+    local why=""
+    if [ ! -e "$ENABLE_URING" ]; then
+        why="this kernel has no FUSE over io_uring ($ENABLE_URING is missing; Linux 6.14+ with CONFIG_FUSE_IO_URING)"
+    elif [ ! -w "$ENABLE_URING" ]; then
+        why="$ENABLE_URING is not writable here (not root, or /sys is read-only)"
+    fi
+    if [ -z "$why" ]; then
+        uring_was="$(cat "$ENABLE_URING")"
+        if echo 1 >"$ENABLE_URING" && [ "$(cat "$ENABLE_URING")" = Y ]; then
+            printf 'test.sh: %s was %s, now Y for the io_uring pass\n' "$ENABLE_URING" "$uring_was"
+            return 0
+        fi
+        why="writing 1 to $ENABLE_URING did not turn it on"
+    fi
+    printf '\ntest.sh: the io_uring pass was NOT run: %s\n' "$why" >&2
+    if [ -n "${CI:-}" ]; then
+        printf 'test.sh: FAILED: CI is set, and CI must test the io_uring transport\n' >&2
+        exit 1
+    fi
+    return 1
 }
 
 step scripts/deps.sh
 step cargo fmt --all -- --check
 step cargo clippy --workspace --all-targets -- -D warnings
-step cargo test --workspace --release
+step env JBDFS_TEST_TRANSPORT=dev_fuse cargo test --workspace --release
+section "the io_uring pass"
+if uring_on; then
+    step env JBDFS_TEST_TRANSPORT=io_uring cargo test --release -p jbdfs-daemon --tests
+    step scripts/pjdfstest.sh --transport io_uring
+    step scripts/fsx.sh --stress --quick --transport io_uring
+    step uring_restore
+fi
 step scripts/fuzz.sh 20  # each fuzz target for 20 s (fuzz/README.md)
 step scripts/crash-campaign --quick
-step scripts/fsx.sh --stress --quick
+step scripts/fsx.sh --stress --quick --transport dev_fuse
 
 section "all steps passed"
+printf '%s\n' "${timings[@]}"

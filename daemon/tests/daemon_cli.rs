@@ -1,8 +1,15 @@
 //! The jbdfs daemon's command line as mount.fuse3 and fstab users meet it:
 //! help, option errors named by option, and the argument orders mount helpers use.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+use std::time::Duration;
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod daemon_common;
+
+use daemon_common::{transport, Daemon, TestTransport};
 
 fn jbdfs(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_jbdfs"))
@@ -218,4 +225,219 @@ fn ext4_images_are_refused_naming_the_features() {
 fn man_page_names_every_flag_and_mount_option() {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_jbdfs"));
     jbdfs_man::check_binary(bin, "jbdfs").unwrap();
+}
+
+/// Whether `test` can mount here; a skip is said, and under CI (env `CI`
+/// set) a machine that cannot mount fails the test instead.
+fn can_mount(test: &str) -> bool {
+    let Some(why) = daemon_common::cannot_fuse() else {
+        return true;
+    };
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: CI is set but FUSE tests cannot run: {why}");
+    }
+    eprintln!("SKIP {test}: {why} (FUSE tests need root and /dev/fuse)");
+    false
+}
+
+/// A fresh 64 MiB image (4 KiB blocks) and a directory holding a mount
+/// point `mnt`, both removed on drop.
+fn image_and_dir(tag: &str) -> (common::TempImage, common::TempDir) {
+    let options = jbdfs::mkfs::MkfsOptions {
+        block_size: Some(4096),
+        ..Default::default()
+    };
+    let img = common::jbdfs_image_with(tag, options, 64 << 20);
+    let dir = common::TempDir::new(tag);
+    std::fs::create_dir(dir.path.join("mnt")).unwrap();
+    (img, dir)
+}
+
+/// Some work through the mount, read back.
+fn exercise(mnt: &Path) {
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 249) as u8).collect();
+    let f = mnt.join("file");
+    std::fs::write(&f, &data).unwrap();
+    std::fs::File::open(&f).unwrap().sync_all().unwrap();
+    std::fs::create_dir(mnt.join("dir")).unwrap();
+    std::fs::rename(&f, mnt.join("dir/moved")).unwrap();
+    assert_eq!(std::fs::read(mnt.join("dir/moved")).unwrap(), data);
+}
+
+/// The stats file's last line.
+fn transport_line(stats: &Path) -> String {
+    let text =
+        std::fs::read_to_string(stats).unwrap_or_else(|e| panic!("{}: {e}", stats.display()));
+    text.lines().last().unwrap_or_default().to_string()
+}
+
+/// The stats file's last line proves which transport served a mount: with
+/// JBDFS_TEST_TRANSPORT=io_uring the mount is `-o stats=PATH,io_uring` and
+/// must say `transport: io_uring, N queues, depth 8` (N the possible CPUs),
+/// with no fallback warning; otherwise `transport: /dev/fuse, 8 workers`.
+#[test]
+fn the_stats_file_names_the_transport_that_served() {
+    let test = "the_stats_file_names_the_transport_that_served";
+    if !can_mount(test) {
+        return;
+    }
+    let t = transport();
+    let (img, dir) = image_and_dir("cli-transport");
+    let mnt = dir.path.join("mnt");
+    let stats = dir.path.join("stats");
+    let opts = format!("stats={}", stats.display());
+    let d = Daemon::start(&img.path, &mnt, &opts, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("mount with -o {}: {e:?}", t.with(&opts)));
+    exercise(&mnt);
+    let exited = d.stop();
+    assert!(exited.status.success(), "{:?}", exited);
+    assert_eq!(
+        transport_line(&stats),
+        t.stats_line(8),
+        "-o {}; daemon stderr:\n{}",
+        t.with(&opts),
+        exited.stderr
+    );
+    if t == TestTransport::IoUring {
+        assert!(
+            !exited.stderr.contains("enable_uring") && !exited.stderr.contains("/dev/fuse"),
+            "io_uring was granted, yet the daemon warned of a fallback:\n{}",
+            exited.stderr
+        );
+    }
+    common::assert_e2fsck_clean(
+        &img.path,
+        "the image after a mount over the run's transport",
+    );
+}
+
+/// `-o io_uring` with the kernel's enable_uring off: the daemon warns once,
+/// naming the parameter, and serves over /dev/fuse; without the option it
+/// serves over /dev/fuse without a word. Where enable_uring is on,
+/// only the io_uring pass (JBDFS_TEST_TRANSPORT=io_uring, as scripts/test.sh
+/// runs it) turns it off for the test, waiting for every io_uring mount of
+/// the tests first and keeping them out meanwhile, and puts it back.
+#[test]
+fn io_uring_with_enable_uring_off_warns_once_and_serves_over_dev_fuse() {
+    let test = "io_uring_with_enable_uring_off_warns_once_and_serves_over_dev_fuse";
+    if !can_mount(test) {
+        return;
+    }
+    // Decided before the switch is locked: transport() reads it under a
+    // shared lock, which would wait for ours.
+    let run = transport();
+    if daemon_common::uring_switch().as_deref() == Some("Y") && run != TestTransport::IoUring {
+        eprintln!(
+            "SKIP {test}: {} is on, and only the io_uring pass turns it off \
+             (JBDFS_TEST_TRANSPORT=io_uring)",
+            daemon_common::ENABLE_URING
+        );
+        return;
+    }
+    let off = match daemon_common::uring_switched_off() {
+        Ok(off) => off,
+        Err(why) if std::env::var_os("CI").is_some() => panic!("{test}: {why}"),
+        Err(why) => {
+            eprintln!("SKIP {test}: {why}");
+            return;
+        }
+    };
+    assert_ne!(daemon_common::uring_switch().as_deref(), Some("Y"));
+    let (img, dir) = image_and_dir("cli-uring-off");
+    let mnt = dir.path.join("mnt");
+    let stats = dir.path.join("stats");
+    let opts = format!("io_uring,stats={}", stats.display());
+    let d = Daemon::start_exactly(&img.path, &mnt, &opts, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("-o {opts} with enable_uring off did not mount: {e:?}"));
+    exercise(&mnt);
+    let exited = d.stop();
+    assert!(exited.status.success(), "{:?}", exited);
+    assert_eq!(
+        transport_line(&stats),
+        TestTransport::DevFuse.stats_line(8),
+        "daemon stderr:\n{}",
+        exited.stderr
+    );
+    let named: Vec<&str> = exited
+        .stderr
+        .lines()
+        .filter(|l| l.contains("enable_uring"))
+        .collect();
+    assert_eq!(
+        named.len(),
+        1,
+        "one line naming enable_uring; stderr:\n{}",
+        exited.stderr
+    );
+    assert!(named[0].contains("WARN"), "{}", named[0]);
+    common::assert_e2fsck_clean(&img.path, "the image after a fallback to /dev/fuse");
+
+    // The default (neither io_uring nor noio_uring) falls back quietly.
+    let opts = format!("stats={}", stats.display());
+    let d = Daemon::start_exactly(&img.path, &mnt, &opts, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("-o {opts} with enable_uring off did not mount: {e:?}"));
+    exercise_again(&mnt);
+    let exited = d.stop();
+    drop(off);
+    assert!(exited.status.success(), "{:?}", exited);
+    assert_eq!(
+        transport_line(&stats),
+        TestTransport::DevFuse.stats_line(8),
+        "the default with enable_uring off; daemon stderr:\n{}",
+        exited.stderr
+    );
+    assert!(
+        !exited.stderr.contains("enable_uring"),
+        "the default transport warned:\n{}",
+        exited.stderr
+    );
+    common::assert_e2fsck_clean(&img.path, "the image after the default transport");
+}
+
+/// What [`exercise`] left, read back and removed.
+fn exercise_again(mnt: &Path) {
+    let data: Vec<u8> = (0..300_000u32).map(|i| (i % 249) as u8).collect();
+    assert_eq!(std::fs::read(mnt.join("dir/moved")).unwrap(), data);
+    std::fs::remove_file(mnt.join("dir/moved")).unwrap();
+    std::fs::remove_dir(mnt.join("dir")).unwrap();
+}
+
+/// Neither `-o io_uring` nor `-o noio_uring`: the daemon serves over
+/// io_uring when enable_uring is on and over /dev/fuse when it is off,
+/// without a warning either way.
+#[test]
+fn the_default_transport_follows_enable_uring() {
+    let test = "the_default_transport_follows_enable_uring";
+    if !can_mount(test) {
+        return;
+    }
+    // The switch stays as it is while mounted.
+    let _turn = daemon_common::switch_turn();
+    let on = daemon_common::uring_switch().as_deref() == Some("Y");
+    let expected = match on {
+        true => TestTransport::IoUring,
+        false => TestTransport::DevFuse,
+    };
+    let (img, dir) = image_and_dir("cli-default");
+    let mnt = dir.path.join("mnt");
+    let stats = dir.path.join("stats");
+    let opts = format!("stats={}", stats.display());
+    let d = Daemon::start_exactly(&img.path, &mnt, &opts, Duration::from_secs(30))
+        .unwrap_or_else(|e| panic!("mount with -o {opts}: {e:?}"));
+    exercise(&mnt);
+    let exited = d.stop();
+    assert!(exited.status.success(), "{:?}", exited);
+    assert_eq!(
+        transport_line(&stats),
+        expected.stats_line(8),
+        "enable_uring {}; daemon stderr:\n{}",
+        if on { "on" } else { "off" },
+        exited.stderr
+    );
+    assert!(
+        !exited.stderr.contains("enable_uring"),
+        "the default transport warned:\n{}",
+        exited.stderr
+    );
+    common::assert_e2fsck_clean(&img.path, "the image after the default transport");
 }

@@ -11,6 +11,13 @@ use std::time::{Duration, Instant};
 use jbdfs::mkfs::{make_filesystem, MkfsOptions, Request};
 use jbdfs_daemon::daemon::{is_mounted, serve, DaemonConfig};
 
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod daemon_common;
+
+use daemon_common::{transport, SwitchTurn};
+use jbdfs_daemon::fuse::Transport;
+
 fn can_fuse() -> Option<String> {
     if !Path::new("/dev/fuse").exists() {
         return Some("no /dev/fuse".into());
@@ -26,6 +33,8 @@ struct Mounted {
     image: PathBuf,
     dir: PathBuf,
     server: Option<std::thread::JoinHandle<anyhow::Result<()>>>,
+    /// Held while served over io_uring (daemon_common's TestTransport::turn).
+    turn: Option<SwitchTurn>,
 }
 
 impl Mounted {
@@ -60,6 +69,7 @@ impl Mounted {
             image,
             dir,
             server: None,
+            turn: None,
         }
     }
 
@@ -84,7 +94,7 @@ impl Mounted {
             cache_size: 64 << 20,
             direct_io: false,
             fuse_direct_io: false,
-            transport: jbdfs_daemon::fuse::Transport::DevFuse,
+            transport: transport().transport(),
             allow_other: false,
             generic: Vec::new(),
             barrier: true,
@@ -100,10 +110,20 @@ impl Mounted {
             max_map: u32::MAX,
         };
         adjust(&mut cfg);
+        let transport_used = cfg.transport;
+        // io_uring, asked for or automatic, depends on the kernel's switch.
+        self.turn = match cfg.transport {
+            Transport::DevFuse => None,
+            _ => Some(daemon_common::switch_turn()),
+        };
         let server = std::thread::spawn(move || serve(&cfg));
         let deadline = Instant::now() + Duration::from_secs(20);
         let canon = std::fs::canonicalize(&dir).unwrap();
         while !is_mounted(&canon) {
+            if server.is_finished() {
+                let res = server.join();
+                panic!("serve over {transport_used:?} ended before the mount came up: {res:?}");
+            }
             assert!(Instant::now() < deadline, "mount did not come up");
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -129,6 +149,7 @@ impl Mounted {
             }
             s.join().unwrap().unwrap();
         }
+        self.turn = None;
     }
 }
 
@@ -361,6 +382,20 @@ fn copy_file_range_and_direct_io_through_the_kernel() {
     e2fsck_clean(&image);
 }
 
+/// Proves from the stats file's last line (`transport: ...`) that the
+/// mount was served by this run's transport, with `threads` workers on
+/// /dev/fuse.
+fn assert_served_by_the_run_transport(stats: &Path, threads: usize) {
+    let text = std::fs::read_to_string(stats).unwrap();
+    let last = text.lines().last().unwrap_or_default();
+    assert_eq!(
+        last,
+        transport().stats_line(threads),
+        "{}:\n{text}",
+        stats.display()
+    );
+}
+
 /// The "N transactions (M requested)" line of a jbd2-style info file.
 fn requested_commits(stats: &Path) -> u64 {
     let text = std::fs::read_to_string(stats).unwrap();
@@ -404,6 +439,7 @@ fn o_sync_and_o_dsync_writes_each_commit() {
         "10 synchronous writes asked for {requested} commits"
     );
     m.unmount();
+    assert_served_by_the_run_transport(&stats, 8);
     e2fsck_clean(&image);
 }
 
@@ -505,6 +541,7 @@ fn fsyncs_on_a_slow_device_share_commits_with_one_worker() {
         t.join().unwrap();
     }
     m.unmount();
+    assert_served_by_the_run_transport(&stats, 1);
     let text = std::fs::read_to_string(&stats).unwrap();
     let transactions: u32 = text.split_whitespace().next().unwrap().parse().unwrap();
     let fsyncs = writers * files;

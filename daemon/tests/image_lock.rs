@@ -10,6 +10,7 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod daemon_common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -42,13 +43,24 @@ fn fuse_missing() -> Option<&'static str> {
 /// mount, and an unmount at that moment fails with EBUSY.
 static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
+/// A test's turn: alone in this process, and (over io_uring) holding the
+/// enable_uring switch on for its mounts.
+struct Turn {
+    _serial: std::sync::MutexGuard<'static, ()>,
+    _uring: Option<daemon_common::SwitchTurn>,
+}
+
 /// Whether `test` can run here, and if so the turn it runs in. A skip
 /// must be seen, and under CI a machine that cannot mount is a broken
 /// runner, not a pass.
-fn ready(test: &str) -> Option<std::sync::MutexGuard<'static, ()>> {
+fn ready(test: &str) -> Option<Turn> {
     let Some(why) = fuse_missing() else {
         // A failed test poisons the lock; the others still run.
-        return Some(SERIAL.lock().unwrap_or_else(|e| e.into_inner()));
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        return Some(Turn {
+            _serial: serial,
+            _uring: daemon_common::transport().turn(),
+        });
     };
     if std::env::var_os("CI").is_some() {
         panic!("{test}: CI is set but FUSE tests cannot run: {why}");
@@ -130,10 +142,14 @@ fn run_limited(prog: &Path, args: &[&str], limit: Duration) -> Out {
     }
 }
 
+/// `jbdfs ARGS`, over the run's transport (daemon_common): every call here
+/// mounts, or is refused a mount.
 fn jbdfs(args: &[&str]) -> Out {
+    let mut args = args.to_vec();
+    args.extend(["-o", daemon_common::transport().option()]);
     run_limited(
         Path::new(env!("CARGO_BIN_EXE_jbdfs")),
-        args,
+        &args,
         Duration::from_secs(90),
     )
 }

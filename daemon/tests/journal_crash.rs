@@ -5,6 +5,7 @@
 
 #[path = "../../tests/common/mod.rs"]
 mod common;
+mod daemon_common;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -183,11 +184,15 @@ fn kill_9_of_the_daemon_loses_nothing_fsynced() {
     }
     let img = jbdfs_image(4096);
     let dir = TempDir::new("kill9");
+    let _unmount = daemon_common::UnmountOnDrop(dir.path.clone());
+    let transport = daemon_common::transport();
+    let _turn = transport.turn();
     let spawn = || {
         std::process::Command::new(env!("CARGO_BIN_EXE_jbdfs"))
             .arg("-f")
             .arg(&img.path)
             .arg(&dir.path)
+            .args(["-o", transport.option()])
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap()
@@ -230,7 +235,7 @@ fn kill_9_of_the_daemon_loses_nothing_fsynced() {
             "fsync'd f{i}"
         );
     }
-    run("umount", [dir.path.to_str().unwrap()]);
+    daemon_common::umount_retrying(&dir.path);
     let _ = child.wait();
     assert_e2fsck_clean(&img.path, "the image after kill -9 and recovery");
 }
