@@ -297,15 +297,18 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
         }
     };
     let unmounter = session.unmount_callable();
+    // The signal handlers come before the rings: they serve requests as
+    // soon as they start, and a SIGTERM or a crash test's mark signal in
+    // between would find the default action (terminate) in place.
+    let serving = session.serving();
+    let marks = recorder.zip(cfg.record.clone());
+    let signals = SignalWatcher::start(unmounter, fs.clone(), marks)?;
+    let stats = StatsWriter::start(fs.clone(), cfg.stats.clone(), serving.to_string());
     // A failure here leaves a kernel that waits for rings: dropping the
     // session unmounts, so that nothing hangs on the mount.
     let rings = session
         .start()
         .map_err(|e| anyhow::anyhow!("cannot start the io_uring queues: {e}"))?;
-    let serving = session.serving();
-    let marks = recorder.zip(cfg.record.clone());
-    let signals = SignalWatcher::start(unmounter, fs.clone(), marks)?;
-    let stats = StatsWriter::start(fs.clone(), cfg.stats.clone(), serving.to_string());
     tracing::info!(source = %cfg.source.display(), mountpoint = %cfg.mountpoint.display(), transport = %serving, "mounted");
     if std::env::var_os(CHILD_ENV).is_some() {
         // The parent relays our stderr until it ends, then returns: from
