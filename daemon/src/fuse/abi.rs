@@ -771,6 +771,15 @@ pub fn encode(answer: Answer, limit: usize, out: &mut [u8]) -> Result<usize, Err
     Ok(w.len)
 }
 
+/// A data answer (READ, READLINK, xattr contents) from a borrowed buffer,
+/// so that a transport can give the buffer back for the next read; the
+/// same rules as [`encode`]'s `Answer::Data`.
+pub fn encode_data(data: &[u8], limit: usize, out: &mut [u8]) -> Result<usize, Errno> {
+    let mut w = Writer { buf: out, len: 0 };
+    put_data(&mut w, data, limit)?;
+    Ok(w.len)
+}
+
 /// `struct fuse_attr` (88 bytes); times are i64 seconds stored as u64.
 fn put_attr(w: &mut Writer<'_>, a: &Attr) -> Result<(), Errno> {
     for v in [

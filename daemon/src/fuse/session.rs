@@ -145,7 +145,7 @@ impl<H: Handler> Mounted<H> {
         match self.want_rings {
             Some(depth) => Serving::IoUring {
                 queues: uring::possible_cpus().unwrap_or(1),
-                depth: depth.clamp(1, 1024),
+                depth: uring::clamp_depth(depth),
             },
             None => Serving::DevFuse {
                 workers: self.workers,

@@ -36,6 +36,12 @@ pub const DEFAULT_DEPTH: u32 = 8;
 /// The user_data of the wake-up pipe's read; entries use their index.
 const WAKE: u64 = u64::MAX;
 
+/// The entries a queue gets for a requested depth: at least one, at most
+/// 1,024 (each holds a 1 MiB payload buffer).
+pub fn clamp_depth(depth: u32) -> u32 {
+    depth.clamp(1, 1024)
+}
+
 /// The possible CPUs, as the kernel counts queues (`num_possible_cpus`):
 /// the highest number in /sys/devices/system/cpu/possible, plus one.
 pub fn possible_cpus() -> io::Result<usize> {
@@ -80,7 +86,7 @@ impl Rings {
         payload_size: usize,
     ) -> io::Result<Rings> {
         let queues = possible_cpus()?;
-        let depth = depth.clamp(1, 1024);
+        let depth = clamp_depth(depth);
         let mut threads = Vec::with_capacity(queues);
         for qid in 0..queues {
             let dev = dev.try_clone()?;
@@ -413,16 +419,17 @@ impl Queue {
         let Some(slot) = self.slots.get_mut(c.slot) else {
             return Ok(());
         };
-        let (error, size) = match c.outcome {
+        let encoded = match c.outcome {
             Ok(Answer::Data(data)) => {
-                let res = copy_data(&data, &mut slot.payload);
+                let res = abi::encode_data(&data, slot.limit, &mut slot.payload);
                 recycle(data);
                 res
             }
-            Ok(answer) => match abi::encode(answer, slot.limit, &mut slot.payload) {
-                Ok(n) => (0, n),
-                Err(e) => (-e.code(), 0),
-            },
+            Ok(answer) => abi::encode(answer, slot.limit, &mut slot.payload),
+            Err(e) => Err(e),
+        };
+        let (error, size) = match encoded {
+            Ok(n) => (0, n),
             Err(e) => (-e.code(), 0),
         };
         abi::write_reply_header(&mut slot.header, slot.unique, error, size as u32);
@@ -502,17 +509,6 @@ fn answer_limit(op: &Op<'_>, payload: usize) -> usize {
         _ => u32::MAX,
     };
     (asked as usize).min(payload)
-}
-
-/// A READ-style answer: the bytes as they are.
-fn copy_data(data: &[u8], payload: &mut [u8]) -> (i32, usize) {
-    match payload.get_mut(..data.len()) {
-        Some(dst) => {
-            dst.copy_from_slice(data);
-            (0, data.len())
-        }
-        None => (-libc::EIO, 0),
-    }
 }
 
 /// Sets an SQE's `len`, which the io-uring crate's UringCmd80 does not:
