@@ -20,7 +20,13 @@
 #                             Where enable_uring cannot be written it is not
 #                             run, and says so; with CI set that is a failure.
 #   6. scripts/fuzz.sh 20     each fuzz target for 20 seconds
-#   7. crash-campaign --quick crash states of in-process workloads (docs/CRASH.md)
+#   7. crash-campaign --quick crash states of in-process workloads (docs/CRASH.md),
+#                             then again with each state's journal inode zeroed
+#                             and fsck -fy as the only recovery (--damage
+#                             journal-inode: the s_jnl_blocks backup)
+#      e2fsprogs-tests.sh     e2fsprogs' own f_* fsck cases against fsck.jbdfs
+#                             (a floor on the pass rate; every image with
+#                             features jbdfs lacks refused cleanly)
 #   8. fsx.sh --stress --quick two fsx at once in each data mode and block
 #                             size, beside CPU hogs (races hide on a quiet
 #                             machine), over /dev/fuse
@@ -100,6 +106,8 @@ if uring_on; then
 fi
 step scripts/fuzz.sh 20  # each fuzz target for 20 s (fuzz/README.md)
 step scripts/crash-campaign --quick
+step scripts/crash-campaign --quick --damage journal-inode
+step scripts/e2fsprogs-tests.sh --min-pass 65 --strict
 step scripts/fsx.sh --stress --quick --transport dev_fuse
 
 section "all steps passed"

@@ -85,18 +85,46 @@ fn fail(class: &'static str, detail: String) -> Failure {
     Failure { class, detail }
 }
 
+/// Damage done to a crash state before it is checked.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
+pub enum Damage {
+    /// The state as the crash left it; recovery is the mount's replay.
+    #[default]
+    None,
+    /// The journal inode zeroed: recovery is `fsck -y`, which must find
+    /// the log through the superblock's backup of the inode's block map
+    /// and lose nothing fsync'd.
+    JournalInode,
+}
+
+impl Damage {
+    pub fn name(self) -> &'static str {
+        match self {
+            Damage::None => "none",
+            Damage::JournalInode => "journal-inode",
+        }
+    }
+}
+
 /// Runs every check on the crash image `img`; `lo..=hi` are the model
 /// states it may show. `scratch` is a file e2fsck can read.
 pub fn check_state(
-    img: Vec<u8>,
+    mut img: Vec<u8>,
     exp: &Expected,
     (lo, hi): (usize, usize),
-    mode: Mode,
+    (mode, damage): (Mode, Damage),
     scratch: &Path,
 ) -> Result<(), Failure> {
+    if damage == Damage::JournalInode {
+        zero_journal_inode(&mut img)?;
+    }
     let mem = Arc::new(MemoryDevice::from_vec(img));
-    recover(&*mem, RecoverOptions { write: true })
-        .map_err(|e| fail("recovery", format!("journal replay failed: {e}")))?;
+    match damage {
+        Damage::None => recover(&*mem, RecoverOptions { write: true })
+            .map(drop)
+            .map_err(|e| fail("recovery", format!("journal replay failed: {e}")))?,
+        Damage::JournalInode => repair(&*mem)?,
+    }
     let write_scratch = || {
         std::fs::write(scratch, mem.snapshot())
             .map_err(|e| fail("tool", format!("{}: {e}", scratch.display())))
@@ -121,6 +149,51 @@ pub fn check_state(
         .map_err(|e| fail("mount", format!("mount after replay: {e}")))?;
     let (got, data) = observe(&fs).map_err(|e| fail("read", format!("reading the tree: {e}")))?;
     compare(exp, (lo, hi), mode, &got, &data)
+}
+
+/// Zeroes the journal inode's record in its inode table.
+fn zero_journal_inode(img: &mut [u8]) -> Result<(), Failure> {
+    use jbdfs::format::group_desc::{GroupDesc, GROUP_DESC_SIZE};
+    use jbdfs::format::superblock::{Superblock, SUPERBLOCK_OFFSET, SUPERBLOCK_SIZE};
+    let bad = |what: String| fail("damage", what);
+    let at = SUPERBLOCK_OFFSET as usize;
+    let sb = Superblock::parse(&img[at..at + SUPERBLOCK_SIZE])
+        .map_err(|e| bad(format!("superblock: {e}")))?;
+    let bs = sb.block_size() as usize;
+    let (g, idx) = sb.inode_group(sb.s_journal_inum);
+    let (block, off) = sb.group_desc_location(g);
+    let desc_at = block.0 as usize * bs + off;
+    let desc = img
+        .get(desc_at..desc_at + GROUP_DESC_SIZE)
+        .ok_or_else(|| bad("group descriptor past the image".into()))?;
+    let gd = GroupDesc::parse(desc).map_err(|e| bad(format!("group descriptor: {e}")))?;
+    let isz = sb.inode_size() as usize;
+    let ino_at = gd.bg_inode_table as usize * bs + idx as usize * isz;
+    img.get_mut(ino_at..ino_at + isz)
+        .ok_or_else(|| bad("journal inode past the image".into()))?
+        .fill(0);
+    Ok(())
+}
+
+/// fsck -fy: the only way back for a state whose journal inode is gone.
+fn repair(dev: &dyn BlockDevice) -> Result<(), Failure> {
+    let opts = jbdfs::fsck::FsckOptions {
+        mode: jbdfs::fsck::Mode::Yes,
+        force: true,
+        ..Default::default()
+    };
+    match jbdfs::fsck::check(dev, &opts) {
+        Ok(r) if r.exit_code() & !jbdfs::fsck::exit::NONDESTRUCT == 0 => Ok(()),
+        Ok(r) => Err(fail(
+            "fsck-repair",
+            format!(
+                "fsck-jbdfs -fy exit {}: {}",
+                r.exit_code(),
+                r.problems.join("; ")
+            ),
+        )),
+        Err(e) => Err(fail("fsck-repair", format!("fsck-jbdfs -fy: {e}"))),
+    }
 }
 
 fn e2fsck(image: &Path) -> Result<(), Failure> {

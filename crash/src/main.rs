@@ -19,6 +19,7 @@ use anyhow::{anyhow, Context};
 use clap::{Parser, Subcommand};
 use jbdfs::device::record::{base_image_path, read_log};
 
+use check::Damage;
 use exec::Mode;
 use states::{Choice, Layout};
 
@@ -50,6 +51,9 @@ enum Cmd {
         /// Worker threads checking states.
         #[arg(long, default_value_t = 2)]
         jobs: usize,
+        /// Damage each crash state before checking it (see `check --help`).
+        #[arg(long, value_enum, default_value_t = Damage::None)]
+        damage: Damage,
     },
     /// Check the crash states of a saved log (with LOG.base beside it).
     Check {
@@ -75,6 +79,11 @@ struct ChoiceArgs {
     /// Seed of the random subsets.
     #[arg(long = "subset-seed", default_value_t = 1)]
     subset_seed: u64,
+    /// Damage each crash state before checking it: `journal-inode` zeroes
+    /// the journal inode, so that only fsck's use of the superblock's
+    /// backup of its block map (s_jnl_blocks) can find the log.
+    #[arg(long, value_enum, default_value_t = Damage::None)]
+    damage: Damage,
 }
 
 impl ChoiceArgs {
@@ -83,6 +92,7 @@ impl ChoiceArgs {
             boundary_limit: self.boundaries,
             random: self.random,
             seed: self.subset_seed,
+            damage: self.damage,
         }
     }
 }
@@ -97,7 +107,8 @@ fn main() -> ExitCode {
             seed,
             dir,
             jobs,
-        } => campaign(quick, &workloads, &modes, seed, &dir, jobs),
+            damage,
+        } => campaign(quick, &workloads, &modes, (seed, damage), &dir, jobs),
         Cmd::Check { log, state, choice } => {
             lock_log(&log).and_then(|_lock| check_log(&log, state, choice.choice(), 2))
         }
@@ -156,7 +167,7 @@ fn campaign(
     quick: bool,
     workloads: &[String],
     modes: &[String],
-    seed: u64,
+    (seed, damage): (u64, Damage),
     dir: &Path,
     jobs: usize,
 ) -> anyhow::Result<Tally> {
@@ -178,6 +189,7 @@ fn campaign(
         boundary_limit: if quick { 150 } else { 2000 },
         random: if quick { 8 } else { 64 },
         seed,
+        damage,
     };
     let mut total = Tally::default();
     let mut table: BTreeMap<(String, &str), Tally> = BTreeMap::new();
@@ -379,7 +391,13 @@ impl LogRun<'_> {
                 states::apply(&mut state_img, &self.rec.events[x]);
             }
             let bounds = states::op_bounds(&self.layout, st, &self.exp.syncs);
-            if let Err(f) = check::check_state(state_img, &self.exp, bounds, self.mode, &scratch) {
+            if let Err(f) = check::check_state(
+                state_img,
+                &self.exp,
+                bounds,
+                (self.mode, self.choice.damage),
+                &scratch,
+            ) {
                 self.report(i, bounds, &f);
             }
         }
@@ -393,9 +411,9 @@ impl LogRun<'_> {
         let st = &self.states[i];
         let c = self.choice;
         println!(
-            "FAILED [{}] {} state {i} ({} at event {} + {} in-flight writes, operations {lo}..={hi}): {}\n  reproduce: jbdfs-crash check {} --state {i} --boundaries {} --random {} --subset-seed {}",
+            "FAILED [{}] {} state {i} ({} at event {} + {} in-flight writes, operations {lo}..={hi}): {}\n  reproduce: jbdfs-crash check {} --state {i} --boundaries {} --random {} --subset-seed {} --damage {}",
             f.class, self.rec.description, st.kind, st.prefix, st.extra.len(), f.detail,
-            self.log.display(), c.boundary_limit, c.random, c.seed
+            self.log.display(), c.boundary_limit, c.random, c.seed, c.damage.name()
         );
     }
 }
@@ -431,10 +449,17 @@ mod tests {
             boundary_limit: 1000,
             random: 8,
             seed: 1,
+            damage: Damage::None,
         };
         let t = check_log(&log, None, choice, 1).unwrap();
         assert!(t.tested > 10);
         assert_eq!(t.failed, 0);
+        let damaged = Choice {
+            damage: Damage::JournalInode,
+            ..choice
+        };
+        let t = check_log(&log, None, damaged, 1).unwrap();
+        assert_eq!(t.failed, 0, "a zeroed journal inode lost fsync'd work");
         cleanup(&log);
     }
 
@@ -447,10 +472,16 @@ mod tests {
         let base = std::fs::read(base_image_path(&log)).unwrap();
         let scratch = log.with_extension("img");
         let n = ops.len();
-        let f = check::check_state(base.clone(), &exp, (n, n), Mode::Journal, &scratch)
-            .expect_err("the empty image cannot hold synced files");
+        let f = check::check_state(
+            base.clone(),
+            &exp,
+            (n, n),
+            (Mode::Journal, Damage::None),
+            &scratch,
+        )
+        .expect_err("the empty image cannot hold synced files");
         assert_eq!(f.class, "metadata", "{}", f.detail);
-        check::check_state(base, &exp, (0, n), Mode::Journal, &scratch).unwrap();
+        check::check_state(base, &exp, (0, n), (Mode::Journal, Damage::None), &scratch).unwrap();
         let _ = std::fs::remove_file(&scratch);
         cleanup(&log);
     }

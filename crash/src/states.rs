@@ -15,6 +15,8 @@ pub struct Choice {
     /// Random subsets of in-flight writes.
     pub random: usize,
     pub seed: u64,
+    /// Damage done to each state before it is checked.
+    pub damage: crate::check::Damage,
 }
 
 /// One crash state: the first `prefix` events applied, then the writes at

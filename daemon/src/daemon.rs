@@ -121,8 +121,16 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
         max_map: cfg.max_map,
     };
     let fs = Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
-        let why = jbdfs::fs::mount::refusal_reason(&*dev).unwrap_or_else(|| e.to_string());
-        anyhow::anyhow!("{}: cannot mount: {why}", cfg.source.display())
+        let src = cfg.source.display();
+        match jbdfs::fs::mount::refusal_reason(&*dev) {
+            Some(why) => anyhow::anyhow!("{src}: cannot mount: {why}"),
+            // As the kernel, the mount does not repair: fsck does, and
+            // finds a damaged journal inode's log through s_jnl_blocks.
+            None if matches!(e, jbdfs::fs::FsError::Corrupt(_)) => {
+                anyhow::anyhow!("{src}: cannot mount: {e}\nRun fsck.jbdfs on it: it can repair this, and replays the journal first.")
+            }
+            None => anyhow::anyhow!("{src}: cannot mount: {e}"),
+        }
     })?;
     Ok((fs, recorder, backing))
 }

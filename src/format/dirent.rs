@@ -315,6 +315,20 @@ pub fn new_dir_block(
     Ok(block)
 }
 
+/// [`new_dir_block`] for a filesystem without the `filetype` feature, whose
+/// entries carry no file type (that byte is then the high byte of the
+/// name length, to e2fsck).
+pub fn new_untyped_dir_block(
+    block_size: usize,
+    self_ino: InodeNo,
+    parent_ino: InodeNo,
+) -> Result<Vec<u8>, FormatError> {
+    let mut block = new_dir_block(block_size, self_ino, parent_ino)?;
+    set_file_type_at(&mut block, 0, 0);
+    set_file_type_at(&mut block, 12, 0);
+    Ok(block)
+}
+
 fn dot_entry(inode: InodeNo, name: &[u8], rec_len: u16) -> DirEntry {
     DirEntry {
         inode,

@@ -649,6 +649,36 @@ pub mod raw {
     pub fn s_blocks_per_group(raw: &[u8]) -> u32 {
         le32(raw, S_BLOCKS_PER_GROUP)
     }
+
+    const S_MAGIC: usize = 0x38;
+    const S_FEATURE_COMPAT: usize = 0x5C;
+    const S_FEATURE_INCOMPAT: usize = 0x60;
+    const S_FEATURE_RO_COMPAT: usize = 0x64;
+
+    /// The features outside jbdfs's set, by name, of bytes that carry the
+    /// ext2 magic but may not parse: an ext4 image's geometry (bigalloc's
+    /// huge groups) fails validation before its features would be named.
+    pub fn unsupported_feature_names(raw: &[u8]) -> Vec<String> {
+        use super::feature::{names, Kind, SUPP_COMPAT, SUPP_INCOMPAT, SUPP_RO_COMPAT};
+        if raw.len() < S_FEATURE_RO_COMPAT + 4
+            || u16::from_le_bytes([raw[S_MAGIC], raw[S_MAGIC + 1]]) != super::EXT2_SUPER_MAGIC
+        {
+            return Vec::new();
+        }
+        let mut out = names(
+            Kind::Incompat,
+            le32(raw, S_FEATURE_INCOMPAT) & !SUPP_INCOMPAT,
+        );
+        out.extend(names(
+            Kind::RoCompat,
+            le32(raw, S_FEATURE_RO_COMPAT) & !SUPP_RO_COMPAT,
+        ));
+        out.extend(names(
+            Kind::Compat,
+            le32(raw, S_FEATURE_COMPAT) & !SUPP_COMPAT,
+        ));
+        out
+    }
 }
 
 /// Why the primary superblock could not be read.

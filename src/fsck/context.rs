@@ -9,7 +9,7 @@ use crate::device::BlockDevice;
 use crate::format::group_desc::GroupDesc;
 use crate::format::inode::{raw, Inode};
 use crate::format::superblock::Superblock;
-use crate::format::GroupNo;
+use crate::format::{GroupNo, InodeNo};
 
 use super::problem::Problems;
 use super::FsckOptions;
@@ -137,6 +137,8 @@ pub struct Ctx<'a> {
     pub descs_dirty: bool,
     /// Files whose blocks are not contiguous, for the summary line.
     pub fragmented: u64,
+    /// Regular files of 2 GiB or more (e2fsck's `large_files`).
+    pub large_files: u64,
     /// Blocks and inodes the orphan list released: pass 5 frees them in the
     /// bitmaps and counts without calling it a difference, as e2fsck's
     /// release does at once.
@@ -179,6 +181,7 @@ impl<'a> Ctx<'a> {
             sb_dirty: false,
             descs_dirty: false,
             fragmented: 0,
+            large_files: 0,
             released_blocks: Vec::new(),
             released_inodes: Vec::new(),
         }
@@ -199,6 +202,45 @@ impl<'a> Ctx<'a> {
     /// Whether `b` may be a file's block.
     pub fn block_ok(&self, b: u32) -> bool {
         b >= self.sb.s_first_data_block && b < self.sb.s_blocks_count
+    }
+
+    /// Sets large_file, upgrading a revision 0 filesystem to dynamic
+    /// first, as libext2fs's `ext2fs_inode_size_set` does for a size that
+    /// needs it: revision 0 has no feature flags.
+    pub fn set_large_file(&mut self) {
+        use crate::format::superblock::{self as sbm, feature};
+        let sb = &mut self.sb;
+        if sb.s_rev_level == sbm::EXT2_GOOD_OLD_REV {
+            sb.s_rev_level = sbm::EXT2_DYNAMIC_REV;
+            sb.s_first_ino = sbm::EXT2_GOOD_OLD_FIRST_INO;
+            sb.s_inode_size = sbm::EXT2_GOOD_OLD_INODE_SIZE;
+        }
+        sb.s_feature_ro_compat |= feature::RO_COMPAT_LARGE_FILE;
+        self.sb_dirty = true;
+    }
+
+    /// The file type an entry gets: none without the `filetype` feature.
+    pub fn entry_type(&self, ft: u8) -> u8 {
+        use crate::format::superblock::feature::INCOMPAT_FILETYPE;
+        if self.sb.has_incompat(INCOMPAT_FILETYPE) {
+            ft
+        } else {
+            0
+        }
+    }
+
+    /// A new directory block holding "." and "..", typed as the
+    /// filesystem's features say.
+    pub fn new_dir_block(&self, ino: u32, parent: u32) -> io::Result<Vec<u8>> {
+        use crate::format::dirent as de;
+        use crate::format::superblock::feature::INCOMPAT_FILETYPE;
+        let make = if self.sb.has_incompat(INCOMPAT_FILETYPE) {
+            de::new_dir_block
+        } else {
+            de::new_untyped_dir_block
+        };
+        make(self.bs as usize, InodeNo(ino), InodeNo(parent))
+            .map_err(|e| io::Error::other(e.to_string()))
     }
 
     pub fn ino_ok(&self, ino: u32) -> bool {

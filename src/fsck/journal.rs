@@ -6,8 +6,12 @@
 use crate::device::BlockDevice;
 use crate::format::jbd::JournalSuperblock;
 use crate::format::superblock::{feature, Superblock};
+use crate::format::superblock::{EXT3_JNL_BACKUP_BLOCKS, SUPERBLOCK_OFFSET};
+use crate::journal::jmap::backup_inode;
 use crate::journal::jmap::JournalMap;
-use crate::journal::recovery::{recover, RecoverOptions, RecoveryError};
+use crate::journal::recovery::{
+    read_journal_superblock, recover_with_map, RecoverOptions, RecoveryError,
+};
 use crate::journal::JournalBlock;
 
 use super::context::Ctx;
@@ -24,9 +28,15 @@ pub struct JournalOutcome {
     /// The journal inode was unusable and has been deleted: make a new
     /// journal once pass 4 is done.
     pub recreate: bool,
+    /// The superblock was changed (journal fields, feature flags).
+    pub sb_changed: bool,
 }
 
 /// Replays the journal of the filesystem on `dev` (an overlay).
+///
+/// A damaged journal inode is not a reason to drop the log: as e2fsck
+/// does, the superblock's backup of the inode's block map (`s_jnl_blocks`)
+/// is tried first, and the inode is rewritten from it.
 pub fn replay(
     dev: &dyn BlockDevice,
     sb: &Superblock,
@@ -34,9 +44,20 @@ pub fn replay(
     problems: &mut Problems,
 ) -> Result<JournalOutcome, FsckError> {
     if !sb.has_compat(feature::COMPAT_HAS_JOURNAL) {
-        return Ok(JournalOutcome::default());
+        return journal_without_flag(dev, sb, problems);
     }
-    match recover(dev, RecoverOptions { write: true }) {
+    let map = match JournalMap::load(dev, sb) {
+        Ok(map) => map,
+        Err(RecoveryError::Corrupt(c)) => match usable_backup(dev, sb) {
+            Some(map) => {
+                restore_journal_inode(dev, sb, problems)?;
+                map
+            }
+            None => return delete_journal(dev, sb, problems, &c.to_string()),
+        },
+        Err(e) => return Err(recovery_error(e)),
+    };
+    match recover_with_map(dev, RecoverOptions { write: true }, &map) {
         Ok(r) if r.needed => {
             if problems.mode() == Mode::No {
                 problems.say(&format!(
@@ -52,10 +73,125 @@ pub fn replay(
             })
         }
         Ok(_) => Ok(JournalOutcome::default()),
-        Err(RecoveryError::Unsupported(what)) => Err(FsckError::Unsupported(what)),
-        Err(RecoveryError::Io(e)) => Err(FsckError::Io(e)),
-        Err(RecoveryError::Corrupt(c)) => repair_bad_journal(dev, sb, problems, &c.to_string()),
+        Err(RecoveryError::Corrupt(c)) => {
+            problems.say(&format!("({c})"));
+            repair_bad_journal(dev, sb, &map, problems)
+        }
+        Err(e) => Err(recovery_error(e)),
     }
+}
+
+fn recovery_error(e: RecoveryError) -> FsckError {
+    match e {
+        RecoveryError::Unsupported(what) => FsckError::Unsupported(what),
+        RecoveryError::Io(e) => FsckError::Io(e),
+        RecoveryError::Corrupt(c) => FsckError::Corrupt(c),
+    }
+}
+
+/// The superblock's backup of the journal's block map, when it names a
+/// journal whose superblock reads as one.
+fn usable_backup(dev: &dyn BlockDevice, sb: &Superblock) -> Option<JournalMap> {
+    let map = JournalMap::load_backup(dev, sb)?.ok()?;
+    read_journal_superblock(dev, &map, sb).ok()?;
+    Some(map)
+}
+
+/// Rewrites the journal inode from the superblock's backup (e2fsck does
+/// the same before replay); the replay may then bring back the rest of
+/// the inode table around it.
+fn restore_journal_inode(
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+    problems: &mut Problems,
+) -> Result<(), FsckError> {
+    let ino = sb.s_journal_inum;
+    let Some(inode) = backup_inode(sb) else {
+        return Ok(());
+    };
+    problems.say(&format!(
+        "Journal inode {ino} cannot be read as a journal; using the superblock's backup of its block map."
+    ));
+    if let Some(at) = inode_offset(dev, sb, ino)? {
+        let mut bytes = inode.to_bytes();
+        bytes.truncate(sb.inode_size() as usize);
+        dev.write_at(&bytes, at)?;
+    }
+    Ok(())
+}
+
+/// Where inode `ino` lives on `dev`, from its group descriptor.
+fn inode_offset(
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+    ino: u32,
+) -> Result<Option<u64>, FsckError> {
+    if ino == 0 || ino > sb.s_inodes_count {
+        return Ok(None);
+    }
+    let descs = super::super_check::read_descs(dev, sb, sb.s_first_data_block)?;
+    let (g, idx) = sb.inode_group(ino);
+    let Some(table) = descs.get(g.0 as usize).map(|d| d.bg_inode_table) else {
+        return Ok(None);
+    };
+    // A descriptor pointing outside the filesystem is pass 1's to repair;
+    // writing through it would land anywhere.
+    let end = u64::from(table) + u64::from(sb.inode_table_blocks());
+    if table < sb.s_first_data_block || end > u64::from(sb.s_blocks_count) {
+        return Ok(None);
+    }
+    let isz = u64::from(sb.inode_size());
+    Ok(Some(
+        u64::from(table) * u64::from(sb.block_size()) + u64::from(idx) * isz,
+    ))
+}
+
+/// e2fsck's PR_0_JOURNAL_HAS_JOURNAL: the superblock names a journal but
+/// lacks the has_journal flag. e2fsck clears the journal fields; when the
+/// journal still holds committed transactions that would lose them, so
+/// fsck.jbdfs says so and offers to set the flag and replay instead.
+fn journal_without_flag(
+    dev: &dyn BlockDevice,
+    sb: &Superblock,
+    problems: &mut Problems,
+) -> Result<JournalOutcome, FsckError> {
+    if sb.s_journal_inum == 0 {
+        return Ok(JournalOutcome::default());
+    }
+    let Ok(map) = JournalMap::load(dev, sb) else {
+        return Ok(JournalOutcome::default());
+    };
+    let Ok(jsb) = read_journal_superblock(dev, &map, sb) else {
+        return Ok(JournalOutcome::default());
+    };
+    let mut fixed = sb.clone();
+    if jsb.s_start != 0 {
+        let msg = format!(
+            "Superblock has_journal flag is clear, but a journal holding committed transactions (from sequence {}) is present.\n",
+            jsb.s_sequence
+        );
+        if problems.ask_safe(&msg, "Set the flag and replay it") {
+            fixed.s_feature_compat |= feature::COMPAT_HAS_JOURNAL;
+            dev.write_at(&fixed.to_bytes(), SUPERBLOCK_OFFSET)?;
+            let mut outcome = replay(dev, &fixed, "", problems)?;
+            outcome.sb_changed = true;
+            return Ok(outcome);
+        }
+        return Ok(JournalOutcome::default());
+    }
+    let msg = "Superblock has_journal flag is clear, but a journal is present.\n";
+    if !problems.ask_safe(msg, "Clear") {
+        return Ok(JournalOutcome::default());
+    }
+    fixed.s_journal_inum = 0;
+    fixed.s_journal_dev = 0;
+    fixed.s_journal_uuid = [0; 16];
+    fixed.s_feature_incompat &= !feature::INCOMPAT_RECOVER;
+    dev.write_at(&fixed.to_bytes(), SUPERBLOCK_OFFSET)?;
+    Ok(JournalOutcome {
+        sb_changed: true,
+        ..Default::default()
+    })
 }
 
 /// A journal whose superblock cannot be trusted: e2fsck offers to reset
@@ -63,13 +199,20 @@ pub fn replay(
 fn repair_bad_journal(
     dev: &dyn BlockDevice,
     sb: &Superblock,
+    map: &JournalMap,
     problems: &mut Problems,
-    why: &str,
 ) -> Result<JournalOutcome, FsckError> {
-    let map = match JournalMap::load(dev, sb) {
-        Ok(m) => m,
-        Err(_) => return delete_journal(dev, sb, problems, why),
-    };
+    if let Some(backup) = usable_backup(dev, sb).filter(|b| b != map) {
+        // The inode points at the wrong blocks, its backup at a journal.
+        restore_journal_inode(dev, sb, problems)?;
+        return match recover_with_map(dev, RecoverOptions { write: true }, &backup) {
+            Ok(r) => Ok(JournalOutcome {
+                replayed: r.needed,
+                ..Default::default()
+            }),
+            Err(e) => Err(recovery_error(e)),
+        };
+    }
     let msg = format!(
         "Superblock has an invalid journal (inode {}).\n",
         sb.s_journal_inum
@@ -111,13 +254,8 @@ fn delete_journal(
         return Ok(JournalOutcome::default());
     }
     if ino == crate::format::inode::ino::EXT2_JOURNAL_INO {
-        let descs = super::super_check::read_descs(dev, sb, sb.s_first_data_block)?;
-        let (g, idx) = sb.inode_group(ino);
-        if let Some(d) = descs.get(g.0 as usize) {
-            let isz = u64::from(sb.inode_size());
-            let at =
-                u64::from(d.bg_inode_table) * u64::from(sb.block_size()) + u64::from(idx) * isz;
-            dev.write_at(&vec![0u8; isz as usize], at)?;
+        if let Some(at) = inode_offset(dev, sb, ino)? {
+            dev.write_at(&vec![0u8; sb.inode_size() as usize], at)?;
         }
     }
     let mut sb = sb.clone();
@@ -131,6 +269,37 @@ fn delete_journal(
         recreate: true,
         ..Default::default()
     })
+}
+
+/// e2fsck's PR_0_BACKUP_JNL: keep the superblock's copy of the journal
+/// inode's block map current, so that a later fsck can still find the log
+/// when the inode is damaged. Not counted as a repair, as in e2fsck.
+pub fn backup_block_map(ctx: &mut Ctx) {
+    let sb = &ctx.sb;
+    let ino = sb.s_journal_inum;
+    if ctx.problems.mode() == Mode::No
+        || !sb.has_compat(feature::COMPAT_HAS_JOURNAL)
+        || !ctx.ino_ok(ino)
+    {
+        return;
+    }
+    let inode = ctx.inode(ino);
+    if inode.i_links_count == 0 || !inode.is_reg() || !inode.has_block_map(ctx.bs) {
+        return;
+    }
+    let current =
+        sb.s_jnl_backup_type == EXT3_JNL_BACKUP_BLOCKS && sb.s_jnl_blocks[..15] == inode.i_block;
+    if current {
+        return;
+    }
+    ctx.problems
+        .say("Backing up journal inode block information.\n");
+    let sb = &mut ctx.sb;
+    sb.s_jnl_backup_type = EXT3_JNL_BACKUP_BLOCKS;
+    sb.s_jnl_blocks[..15].copy_from_slice(&inode.i_block);
+    sb.s_jnl_blocks[15] = (inode.i_size >> 32) as u32;
+    sb.s_jnl_blocks[16] = inode.i_size as u32;
+    ctx.sb_dirty = true;
 }
 
 /// Makes a new journal in inode 8, of mke2fs's default size (e2fsck's
@@ -186,7 +355,7 @@ pub fn recreate(ctx: &mut Ctx) -> std::io::Result<()> {
     let sb = &mut ctx.sb;
     sb.s_feature_compat |= feature::COMPAT_HAS_JOURNAL;
     sb.s_journal_inum = EXT2_JOURNAL_INO;
-    sb.s_jnl_backup_type = crate::format::superblock::EXT3_JNL_BACKUP_BLOCKS;
+    sb.s_jnl_backup_type = EXT3_JNL_BACKUP_BLOCKS;
     sb.s_jnl_blocks[..15].copy_from_slice(&i_block);
     sb.s_jnl_blocks[15] = (inode.i_size >> 32) as u32;
     sb.s_jnl_blocks[16] = inode.i_size as u32;

@@ -185,7 +185,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<Report, FsckEr
         write_super_and_descs(&overlay, &sb, &descs)?;
     }
     let outcome = journal::replay(&overlay, &sb, &name, &mut problems)?;
-    if outcome.replayed || outcome.reset || outcome.recreate {
+    if outcome.replayed || outcome.reset || outcome.recreate || outcome.sb_changed {
         // Replay may have rewritten the superblock and descriptors.
         sb = read_superblock(&overlay).unwrap_or(sb);
         descs = super_check::read_descs(&overlay, &sb, sb.s_first_data_block).unwrap_or(descs);
@@ -272,6 +272,7 @@ fn check_size(sb: &Superblock, dev: &dyn BlockDevice) -> Result<(), FsckError> {
 fn run_passes(ctx: &mut Ctx, new_journal: bool) -> io::Result<()> {
     super_check::mark_metadata(ctx);
     ctx.load_inode_tables()?;
+    journal::backup_block_map(ctx);
     if ctx.problems.mode() != Mode::No {
         orphan::release(ctx)?;
     }

@@ -424,6 +424,9 @@ fn check_blocks(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> 
         }
     }
     dirty |= check_size(ctx, ino, inode, &t);
+    if inode.is_reg() && inode.i_size >= LARGE_FILE_SIZE {
+        ctx.large_files += 1;
+    }
     let sectors = t.blocks * u64::from(ctx.bs / 512);
     if inode.i_blocks != sectors {
         let msg = format!(
@@ -532,7 +535,11 @@ fn check_size(ctx: &mut Ctx, ino: u32, inode: &mut Inode, t: &Tally) -> bool {
     let bad = if inode.is_dir() {
         size % bs != 0 || size / bs > t.last.map_or(0, |l| l + 1) || size < blocks_end
     } else {
-        let max = crate::format::indirect::ext3_max_size(ctx.bs).unwrap_or(u64::MAX);
+        // e2fsck's ext2_max_sizes: what the block map reaches. The
+        // kernel's lower ext3_max_size (i_blocks' limit) binds writers,
+        // not what an image may hold: a sparse file may end beyond it.
+        let max = crate::format::indirect::max_file_blocks(ctx.bs)
+            .map_or(u64::MAX, |b| b.saturating_mul(bs));
         t.last.is_some_and(|l| size < l * bs) || size > max
     };
     if !bad || ino == rsv::EXT2_RESIZE_INO || ino == rsv::EXT2_JOURNAL_INO && size >= blocks_end {
@@ -541,10 +548,17 @@ fn check_size(ctx: &mut Ctx, ino: u32, inode: &mut Inode, t: &Tally) -> bool {
     let msg = format!("Inode {ino}, i_size is {size}, should be {blocks_end}.  ");
     if ctx.problems.ask_safe(&msg, "Fix") {
         inode.i_size = blocks_end;
+        let needs_flag = !ctx.sb.has_ro_compat(feature::RO_COMPAT_LARGE_FILE);
+        if inode.is_reg() && blocks_end >= LARGE_FILE_SIZE && needs_flag {
+            ctx.set_large_file();
+        }
         return true;
     }
     false
 }
+
+/// `ext2fs_needs_large_file_feature`: sizes from 2 GiB need large_file.
+pub const LARGE_FILE_SIZE: u64 = 0x8000_0000;
 
 /// Checks `i_file_acl`: in range, a valid block, counted once per inode.
 fn check_ea_block(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> {

@@ -28,7 +28,19 @@ pub fn run(ctx: &mut Ctx) -> io::Result<()> {
         }
     }
     ctx.dir_blocks = blocks;
+    check_large_file_flag(ctx);
     Ok(())
+}
+
+/// e2fsck's PR_2_FEATURE_LARGE_FILES.
+fn check_large_file_flag(ctx: &mut Ctx) {
+    if ctx.large_files == 0 || ctx.sb.has_ro_compat(feature::RO_COMPAT_LARGE_FILE) {
+        return;
+    }
+    let msg = "Filesystem contains large files, but lacks LARGE_FILE flag in superblock.\n";
+    if ctx.problems.ask_safe(msg, "Fix") {
+        ctx.set_large_file();
+    }
 }
 
 /// e2fsck's `allocate_dir_block`: a new, empty block for each hole (with
@@ -56,15 +68,10 @@ fn fill_holes(ctx: &mut Ctx) -> io::Result<()> {
         };
         let bs = ctx.bs as usize;
         let block = if lblk == 0 {
-            de::new_dir_block(
-                bs,
-                crate::format::InodeNo(ino),
-                crate::format::InodeNo(EXT2_ROOT_INO),
-            )
+            ctx.new_dir_block(ino, EXT2_ROOT_INO)?
         } else {
-            de::init_block(bs)
-        }
-        .map_err(|e| io::Error::other(e.to_string()))?;
+            de::init_block(bs).map_err(|e| io::Error::other(e.to_string()))?
+        };
         ctx.write_block(blk, &block)?;
         let mut inode = ctx.inode(ino);
         inode.i_block[lblk as usize] = blk;

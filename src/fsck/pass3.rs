@@ -135,8 +135,7 @@ fn make_dir(ctx: &mut Ctx, ino: u32, parent: u32, perm: u16) -> io::Result<bool>
         ));
         return Ok(false);
     };
-    let block = de::new_dir_block(ctx.bs as usize, InodeNo(ino), InodeNo(parent))
-        .map_err(|e| io::Error::other(e.to_string()))?;
+    let block = ctx.new_dir_block(ino, parent)?;
     ctx.write_block(blk, &block)?;
     let extra = if ctx.isz > 128 { 32 } else { 0 };
     let mut inode = Inode::new(ctx.isz, extra);
@@ -210,6 +209,7 @@ fn unlink(ctx: &mut Ctx, dir: u32, name: &[u8]) -> io::Result<()> {
 /// Adds `name` to `dir`, growing it by a block when full. The htree index,
 /// if any, is dropped (a linear directory is valid).
 pub fn link_entry(ctx: &mut Ctx, dir: u32, name: &[u8], ino: u32, ft: u8) -> io::Result<bool> {
+    let ft = ctx.entry_type(ft);
     let blocks = dir_blocks_of(ctx, dir);
     let mut linked = false;
     for d in &blocks {
@@ -286,14 +286,7 @@ pub fn reconnect(ctx: &mut Ctx, ino: u32) -> io::Result<bool> {
     }
     let lf = ctx.lost_found;
     let name = format!("#{ino}");
-    let ft = if ctx
-        .sb
-        .has_incompat(crate::format::superblock::feature::INCOMPAT_FILETYPE)
-    {
-        file_type_of(ctx.info[ino as usize].mode)
-    } else {
-        0
-    };
+    let ft = file_type_of(ctx.info[ino as usize].mode);
     if !link_entry(ctx, lf, name.as_bytes(), ino, ft)? {
         ctx.problems
             .unfixable(&format!("Could not reconnect {ino}: /lost+found is full"));
@@ -322,13 +315,7 @@ pub fn fix_dotdot(ctx: &mut Ctx, dir: u32, parent: u32) -> io::Result<()> {
                 adjust_links(ctx, old, -1);
             }
             de::set_inode_at(&mut block, off, parent);
-            let filetype = crate::format::superblock::feature::INCOMPAT_FILETYPE;
-            let ft = if ctx.sb.has_incompat(filetype) {
-                de::EXT2_FT_DIR
-            } else {
-                0
-            };
-            de::set_file_type_at(&mut block, off, ft);
+            de::set_file_type_at(&mut block, off, ctx.entry_type(de::EXT2_FT_DIR));
             ctx.write_block(first.blk, &block)?;
             ctx.info[parent as usize].counted += 1;
             adjust_links(ctx, parent, 1);

@@ -33,6 +33,13 @@ pub fn find_superblock(
         }
         Err(e) => e,
     };
+    let mut raw = vec![0u8; SUPERBLOCK_SIZE];
+    if dev.read_at(&mut raw, 1024).is_ok() {
+        let unsupported = sbm_raw::unsupported_feature_names(&raw);
+        if !unsupported.is_empty() {
+            return Err(FsckError::Unsupported(unsupported.join(", ")));
+        }
+    }
     for (bs, block) in backup_candidates(dev) {
         let mut buf = vec![0u8; SUPERBLOCK_SIZE];
         if dev.read_at(&mut buf, block * bs).is_err() {

@@ -10,8 +10,8 @@
 use crate::device::BlockDevice;
 use crate::format::group_desc::{GroupDesc, GROUP_DESC_SIZE};
 use crate::format::indirect::{get_ptr, max_file_blocks, EXT3_IND_BLOCK, EXT3_NDIR_BLOCKS};
-use crate::format::inode::{flags, Inode};
-use crate::format::superblock::Superblock;
+use crate::format::inode::{flags, Inode, S_IFREG};
+use crate::format::superblock::{Superblock, EXT3_JNL_BACKUP_BLOCKS};
 use crate::format::{BlockNo, Corruption, FormatError, GroupNo, InodeNo, Location};
 
 use super::recovery::RecoveryError;
@@ -31,8 +31,32 @@ impl JournalMap {
         check_device_holds_fs(dev, sb)?;
         let ino = sb.s_journal_inum;
         let inode = read_inode(dev, sb, ino)?;
-        check_journal_inode(ino, &inode)?;
-        let count = journal_blocks(sb, ino, &inode)?;
+        Self::of_inode(dev, sb, ino, &inode)
+    }
+
+    /// The map kept in the superblock's copy of the journal inode's block
+    /// map (`s_jnl_blocks`), for when the inode itself is damaged: e2fsck
+    /// falls back to it the same way. `None` when the superblock keeps no
+    /// copy.
+    pub fn load_backup(
+        dev: &dyn BlockDevice,
+        sb: &Superblock,
+    ) -> Option<Result<JournalMap, RecoveryError>> {
+        let inode = backup_inode(sb)?;
+        Some(
+            check_device_holds_fs(dev, sb)
+                .and_then(|()| Self::of_inode(dev, sb, sb.s_journal_inum, &inode)),
+        )
+    }
+
+    fn of_inode(
+        dev: &dyn BlockDevice,
+        sb: &Superblock,
+        ino: u32,
+        inode: &Inode,
+    ) -> Result<JournalMap, RecoveryError> {
+        check_journal_inode(ino, inode)?;
+        let count = journal_blocks(sb, ino, inode)?;
         let mut w = MapWalker {
             dev,
             sb,
@@ -76,6 +100,21 @@ impl JournalMap {
     pub fn blocks(&self) -> &[u32] {
         &self.blocks
     }
+}
+
+/// The journal inode as the superblock's backup describes it, as e2fsck
+/// rebuilds it: a regular file of one link, mode 0600, with the saved block
+/// map and size.
+pub fn backup_inode(sb: &Superblock) -> Option<Inode> {
+    if sb.s_jnl_backup_type != EXT3_JNL_BACKUP_BLOCKS || sb.s_jnl_blocks[..15] == [0; 15] {
+        return None;
+    }
+    let mut inode = Inode::new(sb.inode_size() as usize, 0);
+    inode.i_block.copy_from_slice(&sb.s_jnl_blocks[..15]);
+    inode.i_size = (u64::from(sb.s_jnl_blocks[15]) << 32) | u64::from(sb.s_jnl_blocks[16]);
+    inode.i_links_count = 1;
+    inode.i_mode = S_IFREG | 0o600;
+    Some(inode)
 }
 
 /// Later reads index the device by `s_blocks_count`; a short device would

@@ -85,7 +85,32 @@ pub fn recover(
     }
     check_fs_supported(&sb)?;
     let map = JournalMap::load(dev, &sb)?;
-    let jsb = read_journal_superblock(dev, &map, &sb)?;
+    recover_from(dev, opts, sb, &map)
+}
+
+/// Replays through a journal map the caller found, as fsck does when the
+/// journal inode is damaged and the superblock's backup of its block map
+/// is used instead.
+pub fn recover_with_map(
+    dev: &dyn BlockDevice,
+    opts: RecoverOptions,
+    map: &JournalMap,
+) -> Result<RecoveryReport, RecoveryError> {
+    let sb = read_fs_superblock(dev)?;
+    if !sb.has_compat(feature::COMPAT_HAS_JOURNAL) {
+        return Ok(RecoveryReport::default());
+    }
+    check_fs_supported(&sb)?;
+    recover_from(dev, opts, sb, map)
+}
+
+fn recover_from(
+    dev: &dyn BlockDevice,
+    opts: RecoverOptions,
+    sb: Superblock,
+    map: &JournalMap,
+) -> Result<RecoveryReport, RecoveryError> {
+    let jsb = read_journal_superblock(dev, map, &sb)?;
     let mut report = RecoveryReport {
         first_seq: Tid(jsb.s_sequence),
         last_seq: Tid(jsb.s_sequence).prev(),
@@ -101,15 +126,15 @@ pub fn recover(
         return Ok(report);
     }
     report.needed = true;
-    let log = Log::new(dev, &map, &jsb);
+    let log = Log::new(dev, map, &jsb);
     let end = log.scan()?;
     report.transactions = end.0.wrapping_sub(jsb.s_sequence);
     report.last_seq = end.prev();
     let revokes = log.collect_revokes(end, &mut report)?;
-    let home = Home::new(dev, &sb, &map, opts.write);
+    let home = Home::new(dev, &sb, map, opts.write);
     log.replay(end, &revokes, &home, &mut report)?;
     if opts.write {
-        finish(dev, &map, jsb, end)?;
+        finish(dev, map, jsb, end)?;
     }
     Ok(report)
 }
@@ -155,7 +180,7 @@ fn journal_corrupt(field: &'static str, value: u32, reason: &'static str) -> Rec
 
 /// Reads journal block 0 and checks what `journal_get_superblock` and
 /// `journal_load` check before trusting the log.
-fn read_journal_superblock(
+pub fn read_journal_superblock(
     dev: &dyn BlockDevice,
     map: &JournalMap,
     sb: &Superblock,
