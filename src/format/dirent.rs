@@ -128,6 +128,7 @@ const DE_INODE: usize = 0;
 const DE_REC_LEN: usize = 4;
 const DE_NAME_LEN: usize = 6;
 const DE_FILE_TYPE: usize = 7;
+const DE_NAME: usize = 8;
 
 // Fields of the entry at `off` of a directory block, read and written in
 // place, for code that repairs entries the parser rejects (fsck) or patches
@@ -164,6 +165,13 @@ pub fn file_type_at(block: &[u8], off: usize) -> u8 {
 
 pub fn set_file_type_at(block: &mut [u8], off: usize, file_type: u8) {
     block[off + DE_FILE_TYPE] = file_type;
+}
+
+/// The name bytes of the entry at `off`, as far as the block holds them.
+pub fn name_at(block: &[u8], off: usize) -> &[u8] {
+    let start = (off + DE_NAME).min(block.len());
+    let end = (start + usize::from(name_len_at(block, off))).min(block.len());
+    &block[start..end]
 }
 
 /// Parses and validates the entry at `off`, as `ext3_check_dir_entry` does.

@@ -6,6 +6,11 @@ use super::{BlockNo, FormatError};
 
 pub const GROUP_DESC_SIZE: usize = 32;
 
+/// `bg_flags`: the group's inode table is not initialised (uninit_bg).
+pub const EXT2_BG_INODE_UNINIT: u16 = 0x0001;
+/// `bg_flags`: the group's block bitmap is not initialised (uninit_bg).
+pub const EXT2_BG_BLOCK_UNINIT: u16 = 0x0002;
+
 const S: &str = "group descriptor";
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -7,6 +7,7 @@
 
 pub mod bytes;
 pub mod dirent;
+pub mod extent;
 pub mod group_desc;
 pub mod indirect;
 pub mod inode;

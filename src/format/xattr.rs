@@ -125,6 +125,7 @@ struct RawEntry {
     name: Vec<u8>,
     value_offs: usize,
     value_size: usize,
+    e_hash: u32,
 }
 
 /// Offsets of `struct ext2_xattr_header`'s fields.
@@ -260,6 +261,7 @@ fn read_entry(buf: &[u8], off: usize) -> Result<(RawEntry, usize), FormatError> 
         name: name.to_vec(),
         value_offs: le16(e, 2).into(),
         value_size: le32(e, 8) as usize,
+        e_hash: le32(e, 12),
     };
     Ok((raw, next))
 }
@@ -337,6 +339,55 @@ pub fn hash_entry(name: &[u8], value: &[u8]) -> u32 {
         hash = hash.rotate_left(VALUE_HASH_SHIFT) ^ u32::from_le_bytes(word);
     }
     hash
+}
+
+/// `ext2_xattr_hash_entry_signed`: the hash old kernels computed with the
+/// name bytes as signed chars; e2fsck accepts either.
+pub fn hash_entry_signed(name: &[u8], value: &[u8]) -> u32 {
+    let mut hash = 0u32;
+    for &c in name {
+        hash = hash.rotate_left(NAME_HASH_SHIFT) ^ (c as i8 as i32 as u32);
+    }
+    for chunk in value.chunks(4) {
+        let mut word = [0u8; 4];
+        word[..chunk.len()].copy_from_slice(chunk);
+        hash = hash.rotate_left(VALUE_HASH_SHIFT) ^ u32::from_le_bytes(word);
+    }
+    hash
+}
+
+/// The first in-inode entry whose stored `e_hash` is neither zero (older
+/// kernels left it so) nor the hash of its name and value, as e2fsck's
+/// `check_ea_in_inode` finds it. `None` when every hash is right or the
+/// table does not parse (a different problem).
+pub fn ibody_bad_hash(area: &[u8]) -> Option<u32> {
+    if area.len() < XATTR_IBODY_HEADER_LEN + 4 || le32(area, 0) != EXT2_XATTR_MAGIC {
+        return None;
+    }
+    let first = XATTR_IBODY_HEADER_LEN;
+    first_bad_hash(area, first, first, true)
+}
+
+/// [`ibody_bad_hash`] for an xattr block, whose entries must all carry
+/// their hash (e2fsck's `check_ext_attr`). The block must parse.
+pub fn block_bad_hash(block: &[u8]) -> Option<u32> {
+    first_bad_hash(block, XATTR_HEADER_LEN, 0, false)
+}
+
+fn first_bad_hash(buf: &[u8], first: usize, value_base: usize, zero_ok: bool) -> Option<u32> {
+    let (raw, table_end) = read_table(buf, first).ok()?;
+    for e in raw {
+        let stored = e.e_hash;
+        let x = resolve_value(buf, e, value_base, table_end).ok()?;
+        let name = x.name.as_slice();
+        let ok = (zero_ok && stored == 0)
+            || stored == hash_entry(name, &x.value)
+            || stored == hash_entry_signed(name, &x.value);
+        if !ok {
+            return Some(stored);
+        }
+    }
+    None
 }
 
 /// `ext2_xattr_rehash`: the block hash over entry hashes in table order,

@@ -139,6 +139,9 @@ pub struct Ctx<'a> {
     pub fragmented: u64,
     /// Regular files of 2 GiB or more (e2fsck's `large_files`).
     pub large_files: u64,
+    /// Why the check must stop with nothing written: something on the
+    /// image that fsck.jbdfs cannot read and must not destroy.
+    pub unsupported: Option<String>,
     /// Blocks and inodes the orphan list released: pass 5 frees them in the
     /// bitmaps and counts without calling it a difference, as e2fsck's
     /// release does at once.
@@ -182,6 +185,7 @@ impl<'a> Ctx<'a> {
             descs_dirty: false,
             fragmented: 0,
             large_files: 0,
+            unsupported: None,
             released_blocks: Vec::new(),
             released_inodes: Vec::new(),
         }
@@ -217,6 +221,17 @@ impl<'a> Ctx<'a> {
         }
         sb.s_feature_ro_compat |= feature::RO_COMPAT_LARGE_FILE;
         self.sb_dirty = true;
+    }
+
+    /// Whether `i_block` is a block map, as e2fsck decides it: a symlink
+    /// is fast by its size alone (`ext2fs_is_fast_symlink`), not by
+    /// i_blocks as the kernel does, so that a wrong i_blocks never turns a
+    /// symlink's target into block pointers to "fix".
+    pub fn maps_blocks(&self, inode: &Inode) -> bool {
+        if inode.is_symlink() {
+            return !is_fast_symlink(inode);
+        }
+        inode.has_block_map(self.bs)
     }
 
     /// The file type an entry gets: none without the `filetype` feature.
@@ -316,6 +331,16 @@ impl<'a> Ctx<'a> {
         }
         inode.i_links_count = 0;
         inode.i_dtime = self.now;
+        inode.i_flags = 0;
+        // Reserved inodes are checked whatever their link count: a block
+        // map left behind would be found rotten again by the next run.
+        if ino < self.sb.first_ino() {
+            inode.i_block = [0; 15];
+        }
+        // An empty bad-block list is an all-zero inode (e2fsck leaves it so).
+        if ino == crate::format::inode::ino::EXT2_BAD_INO {
+            inode = Inode::new(self.isz, inode.i_extra_isize);
+        }
         self.write_inode(ino, &inode);
         let info = &mut self.info[ino as usize];
         info.used = false;
@@ -333,7 +358,7 @@ impl<'a> Ctx<'a> {
                 }
             }
         }
-        if !inode.has_block_map(self.bs) {
+        if !self.maps_blocks(inode) {
             return Ok(());
         }
         let mut blocks = Vec::new();
@@ -419,4 +444,10 @@ impl<'a> Ctx<'a> {
         self.dirty_inodes.clear();
         Ok(())
     }
+}
+
+/// `ext2fs_is_fast_symlink`: a symlink whose target fits in `i_block`.
+pub fn is_fast_symlink(inode: &Inode) -> bool {
+    let size = inode.i_size;
+    inode.is_symlink() && size != 0 && size < crate::format::inode::EXT2_FAST_SYMLINK_MAX as u64
 }

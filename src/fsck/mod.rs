@@ -194,7 +194,15 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<Report, FsckEr
         sb.s_feature_incompat &= !feature::INCOMPAT_RECOVER;
         overlay.write_at(&sb.to_bytes(), sbm::SUPERBLOCK_OFFSET)?;
     }
-    let clean = sb.s_state & sbm::EXT2_VALID_FS != 0 && sb.s_state & sbm::EXT2_ERROR_FS == 0;
+    let mut clean = sb.s_state & sbm::EXT2_VALID_FS != 0 && sb.s_state & sbm::EXT2_ERROR_FS == 0;
+    if clean && !opts.force && super_check::counts_impossible(&sb, &descs) {
+        // As e2fsck: impossible summary counts make a "clean" filesystem
+        // one with errors.
+        problems.say(&format!(
+            "{name} contains a file system with errors, check forced."
+        ));
+        clean = false;
+    }
     if clean
         && !opts.force
         && !outcome.replayed
@@ -219,6 +227,9 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<Report, FsckEr
     ctx.descs_dirty |= use_backup_descs;
     ctx.sb_dirty |= found.backup.is_some();
     run_passes(&mut ctx, outcome.recreate)?;
+    if let Some(what) = ctx.unsupported.take() {
+        return Err(FsckError::Unsupported(what));
+    }
     finish(&mut ctx, overlay.is_dirty())?;
     ctx.problems.bar.clear();
     let mut report = report_of(&ctx);
@@ -270,6 +281,7 @@ fn check_size(sb: &Superblock, dev: &dyn BlockDevice) -> Result<(), FsckError> {
 }
 
 fn run_passes(ctx: &mut Ctx, new_journal: bool) -> io::Result<()> {
+    super_check::check_uninit_flags(ctx);
     super_check::mark_metadata(ctx);
     ctx.load_inode_tables()?;
     journal::backup_block_map(ctx);
@@ -277,6 +289,9 @@ fn run_passes(ctx: &mut Ctx, new_journal: bool) -> io::Result<()> {
         orphan::release(ctx)?;
     }
     pass1::run(ctx)?;
+    if ctx.unsupported.is_some() {
+        return Ok(());
+    }
     super_check::relocate_tables(ctx)?;
     pass1b::run(ctx)?;
     pass2::run(ctx)?;

@@ -69,7 +69,7 @@ fn blocks_of(ctx: &mut Ctx, inode: &mut crate::format::inode::Inode) -> io::Resu
     if inode.i_file_acl != 0 && inode.i_links_count == 0 && ctx.block_ok(inode.i_file_acl) {
         out.push(inode.i_file_acl);
     }
-    if inode.has_block_map(ctx.bs) {
+    if ctx.maps_blocks(inode) {
         walk(ctx, &mut inode.i_block, false, &mut |ctx, blk, _| {
             if ctx.block_ok(blk) {
                 out.push(blk);
@@ -82,7 +82,7 @@ fn blocks_of(ctx: &mut Ctx, inode: &mut crate::format::inode::Inode) -> io::Resu
 
 /// Drops the blocks past i_size and recounts i_blocks.
 fn truncate(ctx: &mut Ctx, inode: &mut crate::format::inode::Inode) -> io::Result<()> {
-    if !inode.has_block_map(ctx.bs) {
+    if !ctx.maps_blocks(inode) {
         return Ok(());
     }
     let keep = inode.i_size.div_ceil(u64::from(ctx.bs));

@@ -23,6 +23,9 @@ pub fn run(ctx: &mut Ctx) -> io::Result<()> {
             ctx.progress(1, u64::from(ino), u64::from(total));
         }
         check_inode(ctx, ino)?;
+        if ctx.unsupported.is_some() {
+            return Ok(());
+        }
     }
     check_ea_refcounts(ctx)?;
     Ok(())
@@ -53,6 +56,9 @@ fn check_inode(ctx: &mut Ctx, ino: u32) -> io::Result<()> {
             inode.i_dtime = if links != 0 { 0 } else { ctx.now };
             ctx.write_inode(ino, &inode);
         }
+    }
+    if (links != 0 || ino < first) && check_feature_flags(ctx, ino)? {
+        return Ok(());
     }
     if ino < first && ino != rsv::EXT2_ROOT_INO {
         return check_reserved(ctx, ino, mode);
@@ -95,6 +101,7 @@ fn check_in_use(ctx: &mut Ctx, ino: u32, dtime: u32) -> io::Result<()> {
         }
     }
     ctx.info[ino as usize].used = true;
+    dirty |= check_is_really_dir(ctx, ino, &mut inode);
     if let Some(why) = bad_inode(ctx, &inode) {
         let msg = format!("Inode {ino} ({why}) is invalid.\n");
         if ctx.problems.ask(&msg, "Clear") {
@@ -108,6 +115,7 @@ fn check_in_use(ctx: &mut Ctx, ino: u32, dtime: u32) -> io::Result<()> {
     if check_flags(ctx, ino, &mut inode, &mut dirty)? {
         return Ok(());
     }
+    dirty |= check_ibody_xattrs(ctx, ino, &mut inode);
     dirty |= check_zero_fields(ctx, ino, &mut inode);
     dirty |= check_special(ctx, ino, &mut inode);
     dirty |= check_htree_flag(ctx, ino, &mut inode)?;
@@ -118,33 +126,95 @@ fn check_in_use(ctx: &mut Ctx, ino: u32, dtime: u32) -> io::Result<()> {
     Ok(())
 }
 
-/// Flags for features ext3 does not have. Returns whether the inode was
-/// cleared.
-fn check_flags(ctx: &mut Ctx, ino: u32, inode: &mut Inode, dirty: &mut bool) -> io::Result<bool> {
+/// Flags of features ext3 lacks, in e2fsck's order and with its answers
+/// (casefold, ea_inode, inline data, extents), for every inode in use and
+/// every reserved one. Returns whether the inode was cleared (or the check
+/// must stop: an extent tree is ext4's data, not damage to clear).
+fn check_feature_flags(ctx: &mut Ctx, ino: u32) -> io::Result<bool> {
     const CASEFOLD_FL: u32 = 0x4000_0000;
-    const IMAGIC_FL: u32 = 0x0000_2000;
-    let clear_inode = if inode.i_flags & flags::EXT4_INLINE_DATA_FL != 0 {
-        Some(format!(
-            "Inode {ino} has INLINE_DATA_FL flag on filesystem without inline data support.\n"
-        ))
-    } else if inode.i_flags & flags::EXT4_EXTENTS_FL != 0 {
-        Some(format!(
-            "Inode {ino} is in extent format, but superblock is missing EXTENTS feature\n"
-        ))
-    } else if inode.i_flags & flags::EXT4_EA_INODE_FL != 0 {
-        Some(format!(
-            "Inode {ino} has EA_INODE flag set on a filesystem without ea_inode.\n"
-        ))
-    } else {
-        None
+    let mut inode = ctx.inode(ino);
+    let mut dirty = false;
+    let mut drop_flag = |ctx: &mut Ctx, inode: &mut Inode, flag: u32, msg: String| {
+        if inode.i_flags & flag != 0 && ctx.problems.ask_safe(&msg, "Clear flag") {
+            inode.i_flags &= !flag;
+            dirty = true;
+        }
     };
-    if let Some(msg) = clear_inode {
+    if inode.is_dir() {
+        let msg = format!(
+            "Directory inode {ino} has the casefold flag, but the\ncasefold feature is not enabled.  "
+        );
+        drop_flag(ctx, &mut inode, CASEFOLD_FL, msg);
+    } else {
+        let msg = format!("Inode {ino} has the casefold flag set but is not a directory.  ");
+        drop_flag(ctx, &mut inode, CASEFOLD_FL, msg);
+    }
+    // A regular file marked as an xattr value inode keeps its data: only
+    // the flag goes (e2fsck tracks it as an EA inode, which ext3 lacks).
+    let msg = if inode.is_reg() {
+        format!("Inode {ino} has EA_INODE flag set on a filesystem without ea_inode.  ")
+    } else {
+        format!("Inode {ino} has the ea_inode flag set but is not a regular file.  ")
+    };
+    drop_flag(ctx, &mut inode, flags::EXT4_EA_INODE_FL, msg);
+    if dirty {
+        ctx.write_inode(ino, &inode);
+    }
+    let first = ctx.sb.first_ino();
+    if inode.i_flags & flags::EXT4_INLINE_DATA_FL != 0 && ino >= first {
+        let msg = format!(
+            "Inode {ino} has INLINE_DATA_FL flag on filesystem without inline data support.\n"
+        );
         if ctx.problems.ask(&msg, "Clear") {
             ctx.clear_inode(ino)?;
             return Ok(true);
         }
+    }
+    let counted = inode.i_links_count != 0
+        || matches!(
+            ino,
+            rsv::EXT2_BAD_INO | rsv::EXT2_ROOT_INO | rsv::EXT2_JOURNAL_INO
+        );
+    if inode.i_flags & flags::EXT4_EXTENTS_FL == 0 || !counted {
         return Ok(false);
     }
+    if crate::format::extent::header_is_valid(&inode.i_block_bytes()) {
+        ctx.unsupported = Some(format!(
+            "extents (inode {ino} holds a valid extent tree, but the superblock lacks the extents feature: e2fsck would set it, making this an ext4 filesystem; fsck.jbdfs changed nothing)"
+        ));
+        return Ok(true);
+    }
+    let msg =
+        format!("Inode {ino} has EXTENTS_FL flag set on filesystem without extents support.\n");
+    if ctx.problems.ask(&msg, "Clear") {
+        ctx.clear_inode(ino)?;
+        if ino == rsv::EXT2_BAD_INO {
+            ctx.info[ino as usize].used = true;
+        }
+        return Ok(true);
+    }
+    Ok(false)
+}
+
+/// e2fsck's `check_ea_in_inode` hash check: a wrong hash means the entry
+/// table is not to be trusted, and e2fsck drops the in-inode attributes
+/// (their values cannot be told from garbage).
+fn check_ibody_xattrs(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
+    let Some(hash) = crate::format::xattr::ibody_bad_hash(inode.xattr_area()) else {
+        return false;
+    };
+    let msg = format!("Extended attribute in inode {ino} has a hash ({hash}) which is invalid\n");
+    if !ctx.problems.ask(&msg, "Clear") {
+        return false;
+    }
+    let empty = vec![0u8; inode.xattr_area().len()];
+    inode.set_xattr_area(&empty)
+}
+
+/// Flags that contradict the inode's type. Returns whether the inode was
+/// cleared.
+fn check_flags(ctx: &mut Ctx, ino: u32, inode: &mut Inode, dirty: &mut bool) -> io::Result<bool> {
+    const IMAGIC_FL: u32 = 0x0000_2000;
     let is_dir = inode.is_dir();
     let mut drop_flag = |ctx: &mut Ctx, flag: u32, msg: String, question: &str| {
         if inode.i_flags & flag != 0 && ctx.problems.ask_safe(&msg, question) {
@@ -155,18 +225,10 @@ fn check_flags(ctx: &mut Ctx, ino: u32, inode: &mut Inode, dirty: &mut bool) -> 
     if !is_dir {
         drop_flag(
             ctx,
-            CASEFOLD_FL,
-            format!("Inode {ino} has the casefold flag set but is not a directory.  "),
-            "Clear flag",
-        );
-        drop_flag(
-            ctx,
             flags::EXT2_INDEX_FL,
             format!("Inode {ino} has INDEX_FL flag set but is not a directory.\n"),
             "Clear HTree index",
         );
-    } else {
-        drop_flag(ctx, CASEFOLD_FL, format!("Directory {ino} has the casefold flag, but the\ncasefold feature is not enabled.  "), "Clear flag");
     }
     if !ctx
         .sb
@@ -180,6 +242,57 @@ fn check_flags(ctx: &mut Ctx, ino: u32, inode: &mut Inode, dirty: &mut bool) -> 
         );
     }
     Ok(false)
+}
+
+/// e2fsck's `check_is_really_dir`: a device, fifo or socket whose first
+/// block holds "." (itself) and ".." is a directory with a damaged mode.
+fn check_is_really_dir(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
+    use crate::format::dirent as de;
+    let kind = match inode.file_type() {
+        fi::S_IFCHR => "character device",
+        fi::S_IFBLK => "block device",
+        fi::S_IFIFO => "named pipe",
+        fi::S_IFSOCK => "socket",
+        _ => return false,
+    };
+    if inode.i_block[0] == 0 {
+        return false;
+    }
+    let mut not_device = false;
+    for (i, &b) in inode.i_block.iter().enumerate().filter(|(_, &b)| b != 0) {
+        not_device |= i >= 4;
+        if !ctx.block_ok(b) || ctx.found.get(u64::from(b)) {
+            return false;
+        }
+    }
+    let device = matches!(inode.file_type(), fi::S_IFCHR | fi::S_IFBLK);
+    if device && inode.i_links_count == 1 && !not_device {
+        return false;
+    }
+    let Ok(block) = ctx.read_block(inode.i_block[0]) else {
+        return false;
+    };
+    let bs = block.len();
+    let dot_len = usize::from(de::rec_len_at(&block, 0));
+    let dot_ok = de::name_at(&block, 0) == b"."
+        && de::inode_at(&block, 0) == ino
+        && dot_len >= 12
+        && dot_len % 4 == 0
+        && dot_len < bs - 12;
+    if !dot_ok {
+        return false;
+    }
+    let dotdot_len = usize::from(de::rec_len_at(&block, dot_len));
+    if de::name_at(&block, dot_len) != b".." || dotdot_len < 12 || dotdot_len % 4 != 0 {
+        return false;
+    }
+    let msg = format!("Inode {ino} is a {kind} but it looks like it is really a directory.\n");
+    if !ctx.problems.ask(&msg, "Fix") {
+        return false;
+    }
+    inode.i_mode = (inode.i_mode & 0o7777) | fi::S_IFDIR;
+    ctx.info[ino as usize].mode = inode.i_mode;
+    true
 }
 
 /// Device, fifo and socket inodes have no size; they and symlinks may not
@@ -327,26 +440,29 @@ fn bad_inode(ctx: &Ctx, inode: &Inode) -> Option<&'static str> {
     }
 }
 
-/// e2fsck's `check_symlink`.
+/// e2fsck's `e2fsck_pass1_check_symlink`: a target of exactly i_size
+/// bytes, NUL-free, in i_block or in the one block it names.
 fn symlink_ok(ctx: &Ctx, inode: &Inode) -> bool {
-    if inode.i_flags & (flags::EXT2_INDEX_FL | flags::EXT4_EXTENTS_FL) != 0 {
-        return false;
-    }
     let size = inode.i_size;
-    if inode.is_fast_symlink(ctx.bs) {
-        let bytes = inode.i_block_bytes();
-        let len = bytes.iter().position(|&b| b == 0).unwrap_or(bytes.len());
-        return size < bytes.len() as u64 && len as u64 == size;
-    }
-    if size >= u64::from(ctx.bs) || inode.i_block[1..].iter().any(|&b| b != 0) {
+    let bad_flags = flags::EXT2_INDEX_FL | flags::EXT4_EXTENTS_FL;
+    if size == 0 || size >> 32 != 0 || inode.i_flags & bad_flags != 0 {
         return false;
+    }
+    let target_len = |buf: &[u8]| buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    if super::context::is_fast_symlink(inode) {
+        let bytes = inode.i_block_bytes();
+        let len = target_len(&bytes);
+        return len < bytes.len() && len as u64 == size;
     }
     let blk = inode.i_block[0];
-    if !ctx.block_ok(blk) {
+    if inode.i_block[1..].iter().any(|&b| b != 0) || !ctx.block_ok(blk) {
         return false;
     }
     match ctx.read_block(blk) {
-        Ok(buf) => buf.iter().position(|&b| b == 0).unwrap_or(buf.len()) as u64 == size,
+        Ok(buf) => {
+            let len = target_len(&buf);
+            len < buf.len() && len as u64 == size
+        }
         Err(_) => false,
     }
 }
@@ -394,7 +510,7 @@ fn check_blocks(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> 
         t.blocks += 1;
     }
     let is_dir = inode.is_dir();
-    if inode.has_block_map(ctx.bs) || ino == rsv::EXT2_BAD_INO {
+    if ctx.maps_blocks(inode) || ino == rsv::EXT2_BAD_INO {
         let resize = ino == rsv::EXT2_RESIZE_INO;
         let mut dir_blocks = Vec::new();
         let changed = walk(ctx, &mut inode.i_block, false, &mut |ctx, blk, claim| {
@@ -526,7 +642,7 @@ pub fn mark_used(ctx: &mut Ctx, blk: u32) {
 
 /// e2fsck's i_size rules for directories and other files.
 fn check_size(ctx: &mut Ctx, ino: u32, inode: &mut Inode, t: &Tally) -> bool {
-    if inode.is_symlink() || !inode.has_block_map(ctx.bs) && inode.i_size == 0 {
+    if inode.is_symlink() || !ctx.maps_blocks(inode) && inode.i_size == 0 {
         return false;
     }
     let bs = u64::from(ctx.bs);
@@ -570,13 +686,7 @@ fn check_ea_block(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool
         *r += 1;
         return Ok(false);
     }
-    let valid = ctx.sb.has_compat(feature::COMPAT_EXT_ATTR)
-        && ctx.block_ok(b)
-        && ctx
-            .read_block(b)
-            .is_ok_and(|blk| crate::format::xattr::parse_block(&blk).is_ok());
-    if !valid {
-        let msg = format!("i_file_acl for inode {ino} is {b}, should be zero.\n");
+    if let Some(msg) = ea_block_problem(ctx, ino, b) {
         if ctx.problems.ask(&msg, "Clear") {
             inode.i_file_acl = 0;
             return Ok(true);
@@ -586,6 +696,30 @@ fn check_ea_block(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool
     ctx.ea_refs.insert(b, 1);
     mark_used(ctx, b);
     Ok(false)
+}
+
+/// What is wrong with inode `ino`'s xattr block `b`, in e2fsck's words.
+fn ea_block_problem(ctx: &Ctx, ino: u32, b: u32) -> Option<String> {
+    use crate::format::xattr::{block_bad_hash, parse_block};
+    if !ctx.sb.has_compat(feature::COMPAT_EXT_ATTR) {
+        return Some(format!(
+            "i_file_acl for inode {ino} is {b}, should be zero.\n"
+        ));
+    }
+    if !ctx.block_ok(b) {
+        return Some(format!(
+            "Extended attribute block for inode {ino} is invalid ({b}).\n"
+        ));
+    }
+    let block = ctx.read_block(b).ok();
+    let Some(block) = block.filter(|blk| parse_block(blk).is_ok()) else {
+        return Some(format!(
+            "Inode {ino} has a bad extended attribute block {b}.  "
+        ));
+    };
+    block_bad_hash(&block).map(|hash| {
+        format!("Extended attribute in inode {ino} has a hash ({hash}) which is invalid\n")
+    })
 }
 
 /// Each extended attribute block's h_refcount must match its users.

@@ -74,7 +74,7 @@ fn find_claimants(ctx: &mut Ctx) -> io::Result<Claims> {
                 *c += 1;
             }
         }
-        if !inode.has_block_map(ctx.bs) || ino == crate::format::inode::ino::EXT2_RESIZE_INO {
+        if !ctx.maps_blocks(&inode) || ino == crate::format::inode::ino::EXT2_RESIZE_INO {
             continue;
         }
         let mut mine = Vec::new();

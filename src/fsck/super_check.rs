@@ -247,3 +247,37 @@ pub fn backup_descs(dev: &dyn BlockDevice, sb: &Superblock) -> Option<Vec<GroupD
     let descs = read_descs(dev, sb, at).ok()?;
     descs_valid(sb, &descs).then_some(descs)
 }
+
+/// e2fsck's PR_0_GDT_UNINIT: the uninit flags and `bg_itable_unused` mean
+/// something only with uninit_bg (or metadata_csum), which ext3 lacks; left
+/// set, a kernel with the feature's code would skip live inodes.
+pub fn check_uninit_flags(ctx: &mut Ctx) {
+    use crate::format::group_desc::{EXT2_BG_BLOCK_UNINIT, EXT2_BG_INODE_UNINIT};
+    let uninit = EXT2_BG_BLOCK_UNINIT | EXT2_BG_INODE_UNINIT;
+    for g in 0..ctx.descs.len() {
+        let d = &ctx.descs[g];
+        if d.bg_flags & uninit == 0 && d.bg_itable_unused == 0 {
+            continue;
+        }
+        let msg = format!("Group descriptor {g} marked uninitialized without feature set.\n");
+        if ctx.problems.ask_safe(&msg, "Fix") {
+            let d = &mut ctx.descs[g];
+            d.bg_flags &= !uninit;
+            d.bg_itable_unused = 0;
+            ctx.descs_dirty = true;
+        }
+    }
+}
+
+/// Group summary counts no group could have: e2fsck's check_super_block
+/// then marks the filesystem invalid, so that even a "clean" one is
+/// checked.
+pub fn counts_impossible(sb: &Superblock, descs: &[GroupDesc]) -> bool {
+    let bpg = sb.s_blocks_per_group;
+    let ipg = sb.s_inodes_per_group;
+    descs.iter().any(|d| {
+        u32::from(d.bg_free_blocks_count) > bpg
+            || u32::from(d.bg_free_inodes_count) > ipg
+            || u32::from(d.bg_used_dirs_count) > ipg
+    })
+}

@@ -100,3 +100,34 @@ fn a_journal_without_the_has_journal_flag_is_released() {
     let r = check(&dev, &opts(Mode::No)).unwrap();
     assert_eq!(r.exit_code(), 0, "{:?}", r.problems);
 }
+
+#[test]
+fn a_fast_symlink_with_a_wrong_i_blocks_keeps_its_target() {
+    // i_blocks says one block, as an xattr block would: the kernel would
+    // call the symlink slow, e2fsck (by size) fast. fsck must not read
+    // the target as block pointers and clear them.
+    let dev = image();
+    let sb = read_superblock(&dev).unwrap();
+    let ino = 12;
+    let mut inode = crate::format::inode::Inode::new(sb.inode_size() as usize, 32);
+    inode.i_mode = crate::format::inode::S_IFLNK | 0o777;
+    inode.i_links_count = 1;
+    let target = b"a-target-of-some-length";
+    let mut bytes = [0u8; 60];
+    bytes[..target.len()].copy_from_slice(target);
+    for (i, w) in inode.i_block.iter_mut().enumerate() {
+        *w = u32::from_le_bytes(bytes[4 * i..4 * i + 4].try_into().unwrap());
+    }
+    inode.i_size = target.len() as u64;
+    inode.i_blocks = u64::from(sb.block_size() / 512);
+    let at = inode_at(&dev, ino);
+    let mut raw = inode.to_bytes();
+    raw.truncate(sb.inode_size() as usize);
+    dev.write_at(&raw, at).unwrap();
+    check(&dev, &opts(Mode::Yes)).unwrap();
+    let mut after = vec![0u8; raw.len()];
+    dev.read_at(&mut after, at).unwrap();
+    let after = crate::format::inode::Inode::parse(&after).unwrap();
+    assert_eq!(after.i_block, inode.i_block, "the target was kept");
+    assert_eq!(after.i_blocks, 0, "i_blocks was what got fixed");
+}
