@@ -1282,6 +1282,26 @@ mod tests {
         }
     }
 
+    /// 64 KiB blocks decode rec_len specially: damage there (0, 65535,
+    /// low bits set) must be reported, never panic or loop.
+    #[test]
+    fn damaged_64k_blocks_never_panic() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let mut good = new_dir_block(65536, InodeNo(2), InodeNo(2)).unwrap();
+        for i in 0..20u32 {
+            let name = format!("name{i}");
+            insert_entry(&mut good, InodeNo(20 + i), name.as_bytes(), 1).unwrap();
+        }
+        for _ in 0..300 {
+            let mut b = good.clone();
+            for _ in 0..1 + rng.next() % 3 {
+                let i = (rng.next() % 400) as usize;
+                b[i] = [0, 0xff, 3, rng.next() as u8][(rng.next() % 4) as usize];
+            }
+            exercise(&mut b, &mut rng);
+        }
+    }
+
     fn exercise(b: &mut [u8], rng: &mut Rng) {
         let _ = parse_block(b, Some(rng.next() as u32));
         let _ = parse_dx_root(b);
