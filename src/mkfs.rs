@@ -20,7 +20,8 @@ use crate::util::Progress;
 /// What the user asked for, in mke2fs's terms.
 #[derive(Clone, Debug)]
 pub struct MkfsOptions {
-    /// `-b`: 1024, 2048 or 4096; `None` picks by size as mke2fs does.
+    /// `-b`: a power of two from 1024 to 65536; `None` picks by size as
+    /// mke2fs does (never above 4096).
     pub block_size: Option<u32>,
     /// `-N`: the number of inodes wanted.
     pub inodes_count: Option<u64>,
@@ -58,7 +59,7 @@ impl Default for MkfsOptions {
 
 #[derive(Debug, thiserror::Error)]
 pub enum MkfsError {
-    #[error("invalid block size {0}: must be 1024, 2048 or 4096")]
+    #[error("invalid block size {0}: must be a power of two from 1024 to 65536")]
     BadBlockSize(u64),
     #[error("invalid inode size {0}: must be 128 or 256")]
     BadInodeSize(u64),
@@ -94,6 +95,9 @@ const HUGE_FS: u64 = 16 << 40;
 const EXTRA_ISIZE: u16 = 32;
 /// The smallest journal JBD accepts.
 const MIN_JOURNAL_BLOCKS: u32 = 1024;
+/// ext3's block sizes: `s_log_block_size` 0 to 6.
+pub const MIN_BLOCK_SIZE: u32 = 1024;
+pub const MAX_BLOCK_SIZE: u32 = 1 << sbm::EXT2_MAX_BLOCK_LOG_SIZE;
 const MAX_JOURNAL_BLOCKS: u64 = 10_240_000;
 
 /// The computed geometry of a filesystem.
@@ -230,7 +234,7 @@ pub fn resolve_features(requests: &[String]) -> Result<(u32, u32, u32)> {
 /// Computes the geometry for a device of `size` bytes.
 pub fn plan(opts: &MkfsOptions, size: u64) -> Result<Geometry> {
     let bs = opts.block_size.unwrap_or_else(|| default_block_size(size));
-    if ![1024, 2048, 4096].contains(&bs) {
+    if !bs.is_power_of_two() || !(MIN_BLOCK_SIZE..=MAX_BLOCK_SIZE).contains(&bs) {
         return Err(MkfsError::BadBlockSize(bs.into()));
     }
     if ![128, 256].contains(&opts.inode_size) {
@@ -261,7 +265,9 @@ pub fn plan(opts: &MkfsOptions, size: u64) -> Result<Geometry> {
         block_size: bs,
         blocks_count: blocks as u32,
         first_data_block: u32::from(bs == 1024),
-        blocks_per_group: 8 * bs,
+        // One bitmap block's bits, capped (from 8 KiB blocks on) so that a
+        // group's free count fits the descriptor's 16 bits, as mke2fs does.
+        blocks_per_group: (8 * bs).min(sbm::EXT2_MAX_BLOCKS_PER_GROUP),
         groups: 0,
         inodes_per_group: 0,
         inode_size: opts.inode_size,
@@ -275,9 +281,22 @@ pub fn plan(opts: &MkfsOptions, size: u64) -> Result<Geometry> {
     };
     fit_groups(&mut g, opts, size).ok_or_else(too_small)?;
     g.journal_blocks = journal_blocks(opts, &g)?;
-    g.r_blocks_count = (g.blocks_count as f64 * opts.reserved_percent / 100.0) as u32;
+    g.r_blocks_count = reserved_blocks(blocks, g.blocks_count, opts.reserved_percent);
     check_space(&g).ok_or_else(too_small)?;
     Ok(g)
+}
+
+/// The reserved blocks, as mke2fs counts them: from the size asked for,
+/// then scaled by the ratio that left if a too-small last group was
+/// dropped (ext2fs_initialize), which can be one block less than taking the
+/// percentage of the final count.
+fn reserved_blocks(asked: u64, blocks: u32, percent: f64) -> u32 {
+    let first = (percent * asked as f64 / 100.0) as u64;
+    if u64::from(blocks) == asked {
+        return first as u32;
+    }
+    let ratio = 100.0 * first as f64 / asked as f64;
+    (ratio * f64::from(blocks) / 100.0) as u32
 }
 
 /// Chooses the group count and inode table size, dropping a last group too
@@ -312,9 +331,10 @@ fn inodes_per_group(g: &Geometry, opts: &MkfsOptions, size: u64) -> Option<u32> 
     let wanted = match opts.inodes_count {
         Some(n) => n,
         None => {
+            // mke2fs never defaults to more than one inode per block.
             let ratio = opts
                 .inode_ratio
-                .unwrap_or_else(|| default_inode_ratio(size))
+                .unwrap_or_else(|| default_inode_ratio(size).max(bs))
                 .max(1024);
             g.blocks_count as u64 * bs / ratio
         }
@@ -326,8 +346,9 @@ fn inodes_per_group(g: &Geometry, opts: &MkfsOptions, size: u64) -> Option<u32> 
     let unit = lcm(per_block, 8);
     let mut ipg = wanted.div_ceil(groups).max(16);
     ipg = (ipg.div_ceil(per_block) * per_block) & !7;
-    // An inode bitmap is one block, and the table must leave room for data.
-    let max_by_bitmap = 8 * bs;
+    // An inode bitmap is one block, the descriptor's free count is 16 bits
+    // (EXT2_MAX_INODES_PER_GROUP), and the table must leave room for data.
+    let max_by_bitmap = (8 * bs).min(65536 - per_block);
     let max_by_space = (g.blocks_per_group as u64 / 2) * per_block;
     ipg = ipg.min(max_by_bitmap).min(max_by_space / unit * unit);
     if ipg * groups > u32::MAX as u64 || ipg < 16 {
@@ -903,13 +924,13 @@ impl<'a> Writer<'a> {
     }
 }
 
-use crate::format::dirent::{DX_HASH_HALF_MD4, EXT2_FT_DIR};
+use crate::format::dirent::{set_rec_len_at, DX_HASH_HALF_MD4, EXT2_FT_DIR};
 
 /// A directory block holding `entries`, the last one stretched to the end.
 fn dir_block(bs: usize, entries: &[(u32, &[u8])], file_type: u8) -> Vec<u8> {
     let mut b = vec![0u8; bs];
     if entries.is_empty() {
-        b[4..6].copy_from_slice(&(bs as u16).to_le_bytes());
+        set_rec_len_at(&mut b, 0, bs);
         return b;
     }
     let mut off = 0;
@@ -921,7 +942,7 @@ fn dir_block(bs: usize, entries: &[(u32, &[u8])], file_type: u8) -> Vec<u8> {
             need
         };
         b[off..off + 4].copy_from_slice(&ino.to_le_bytes());
-        b[off + 4..off + 6].copy_from_slice(&(rec_len as u16).to_le_bytes());
+        set_rec_len_at(&mut b, off, rec_len);
         b[off + 6] = name.len() as u8;
         b[off + 7] = file_type;
         b[off + 8..off + 8 + name.len()].copy_from_slice(name);
@@ -941,9 +962,20 @@ fn contiguous_runs(blocks: &[u32]) -> Vec<(u32, u32)> {
     runs
 }
 
+/// Sets bits `start..start + count`, whole bytes at a time where it can:
+/// a 64 KiB block's bitmap pads half a million bits past a group's end.
 fn set_bits(map: &mut [u8], start: u32, count: u32) {
-    for i in start..start + count {
-        map[(i / 8) as usize] |= 1 << (i % 8);
+    let end = start + count;
+    let mut i = start;
+    while i < end {
+        if i % 8 == 0 && end - i >= 8 {
+            let bytes = (end - i) / 8;
+            map[(i / 8) as usize..(i / 8 + bytes) as usize].fill(0xff);
+            i += bytes * 8;
+        } else {
+            map[(i / 8) as usize] |= 1 << (i % 8);
+            i += 1;
+        }
     }
 }
 
@@ -1115,6 +1147,79 @@ mod tests {
         assert_eq!(lost_found_blocks(1024), 12);
         assert_eq!(lost_found_blocks(2048), 8);
         assert_eq!(lost_found_blocks(4096), 4);
+        assert_eq!(lost_found_blocks(8192), 2);
+        assert_eq!(lost_found_blocks(65536), 2);
+    }
+
+    /// mke2fs 1.47's `-t ext3 -b BS` layouts of 512 MiB (dumpe2fs -h).
+    #[test]
+    fn large_block_geometry_matches_mke2fs() {
+        // (block size, blocks, blocks per group, inodes per group, journal)
+        let cases = [
+            (8192, 65528, 65528, 32768, 4096),
+            (16384, 32768, 65528, 32768, 4096),
+            (32768, 16384, 65528, 16384, 1024),
+            (65536, 8192, 65528, 8192, 1024),
+        ];
+        for (bs, blocks, bpg, ipg, journal) in cases {
+            let o = MkfsOptions {
+                block_size: Some(bs),
+                ..Default::default()
+            };
+            let g = plan(&o, 512 << 20).unwrap();
+            let got = (
+                g.blocks_count,
+                g.blocks_per_group,
+                g.inodes_per_group,
+                g.journal_blocks,
+            );
+            assert_eq!(got, (blocks, bpg, ipg, journal), "-b {bs}");
+            assert_eq!(g.first_data_block, 0);
+        }
+        for bad in [512, 3000, 131072] {
+            let o = MkfsOptions {
+                block_size: Some(bad),
+                ..Default::default()
+            };
+            assert!(matches!(plan(&o, 1 << 30), Err(MkfsError::BadBlockSize(_))));
+        }
+    }
+
+    #[test]
+    fn a_64k_image_parses_back_with_encoded_directories() {
+        let o = MkfsOptions {
+            block_size: Some(65536),
+            ..Default::default()
+        };
+        let (dev, s) = make(256 << 20, &o);
+        let mut buf = vec![0u8; 1024];
+        dev.read_at(&mut buf, 1024).unwrap();
+        let sb = Superblock::parse(&buf).unwrap();
+        assert_eq!(sb.block_size(), 65536);
+        assert_eq!(sb.s_blocks_count, s.geometry.blocks_count);
+        // lost+found's second block is one empty entry spanning the block,
+        // stored as EXT4_MAX_REC_LEN.
+        let mut inode = vec![0u8; 256];
+        let itable = s.geometry.group(0).inode_table as u64 * 65536;
+        dev.read_at(&mut inode, itable + 10 * 256).unwrap();
+        let second = u32::from_le_bytes(inode[44..48].try_into().unwrap());
+        let mut block = vec![0u8; 65536];
+        dev.read_at(&mut block, second as u64 * 65536).unwrap();
+        assert_eq!(u16::from_le_bytes([block[4], block[5]]), 65535);
+        assert!(crate::format::dirent::is_empty_block(&block).unwrap());
+    }
+
+    #[test]
+    fn set_bits_matches_bit_by_bit() {
+        for (start, count) in [(0, 0), (3, 2), (5, 30), (8, 16), (1, 7), (13, 100)] {
+            let mut fast = vec![0u8; 32];
+            set_bits(&mut fast, start, count);
+            let mut slow = vec![0u8; 32];
+            for i in start..start + count {
+                slow[(i / 8) as usize] |= 1 << (i % 8);
+            }
+            assert_eq!(fast, slow, "{start}+{count}");
+        }
     }
 }
 

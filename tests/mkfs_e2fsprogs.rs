@@ -64,8 +64,12 @@ fn human(size: u64) -> String {
 
 /// Every block size and inode size at `size`: e2fsck -fn must exit 0.
 fn e2fsck_matrix(size: u64) {
+    e2fsck_matrix_of(size, &[1024, 2048, 4096]);
+}
+
+fn e2fsck_matrix_of(size: u64, block_sizes: &[u32]) {
     let mut failures = Vec::new();
-    for bs in [1024u32, 2048, 4096] {
+    for &bs in block_sizes {
         for isz in [128u16, 256] {
             let what = format!("{} image, -b {bs} -I {isz}", human(size));
             let img = make(&format!("fsck{bs}-{isz}"), size, opts(bs, isz));
@@ -96,6 +100,12 @@ fn e2fsck_accepts_every_geometry_100m() {
 #[test]
 fn e2fsck_accepts_every_geometry_2g() {
     e2fsck_matrix(2 * GIB);
+}
+
+/// Blocks above 4 KiB (issue 29), which Linux on x86 cannot mount.
+#[test]
+fn e2fsck_accepts_large_blocks_2g() {
+    e2fsck_matrix_of(2 * GIB, &[8192, 16384, 32768, 65536]);
 }
 
 #[test]
@@ -449,6 +459,28 @@ fn parity_with_mke2fs_explicit_geometries_100m() {
     for bs in [1024u32, 2048, 4096] {
         for isz in [128u16, 256] {
             let r = std::panic::catch_unwind(|| parity(100 * MIB, Some(bs), Some(isz)));
+            if let Err(e) = r {
+                let msg = e
+                    .downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| s.to_string()))
+                    .unwrap_or_default();
+                failures.push(format!("-b {bs} -I {isz}: {msg}"));
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n\n"));
+}
+
+/// Blocks above 4 KiB: groups capped at 65528 blocks, one inode per block
+/// at most by default, and a last group dropped with the reserved count
+/// scaled as mke2fs scales it (8 KiB blocks at 512 MiB).
+#[test]
+fn parity_with_mke2fs_large_blocks_512m() {
+    let mut failures = Vec::new();
+    for bs in [8192u32, 16384, 32768, 65536] {
+        for isz in [128u16, 256] {
+            let r = std::panic::catch_unwind(|| parity(512 * MIB, Some(bs), Some(isz)));
             if let Err(e) = r {
                 let msg = e
                     .downcast_ref::<String>()

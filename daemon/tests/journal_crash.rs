@@ -26,12 +26,14 @@ fn data(i: usize) -> Vec<u8> {
         .collect()
 }
 
+/// 64 MiB, or 256 MiB for 64 KiB blocks (mkfs needs 2048 blocks).
 fn jbdfs_image(bs: u32) -> TempImage {
     let opts = MkfsOptions {
         block_size: Some(bs),
         ..Default::default()
     };
-    jbdfs_image_with("journal", opts, 64 << 20)
+    let size = (64 << 20).max(4096 * u64::from(bs));
+    jbdfs_image_with("journal", opts, size)
 }
 
 fn mount(path: &Path) -> Arc<Filesystem> {
@@ -48,7 +50,7 @@ fn crash_copy(img: &TempImage, tag: &str) -> TempImage {
 
 #[test]
 fn fsynced_files_survive_a_crash_replayed_by_e2fsck() {
-    for bs in [1024, 4096] {
+    for bs in [1024, 4096, 65536] {
         let img = jbdfs_image(bs);
         let fs = mount(&img.path);
         let (d, _) = fs.mkdir(ROOT, b"dir", 0o755, ME).unwrap();
@@ -145,7 +147,7 @@ fn linux_replays_a_journal_jbdfs_left() {
 
 #[test]
 fn jbdfs_replays_its_own_journal_at_mount() {
-    for bs in [1024, 4096] {
+    for bs in [1024, 4096, 65536] {
         let img = jbdfs_image(bs);
         let fs = mount(&img.path);
         let (d, _) = fs.mkdir(ROOT, b"dir", 0o755, ME).unwrap();
@@ -242,7 +244,7 @@ fn kill_9_of_the_daemon_loses_nothing_fsynced() {
 
 #[test]
 fn data_journal_logs_file_data_and_survives_a_crash() {
-    for bs in [1024, 4096] {
+    for bs in [1024, 4096, 65536] {
         let img = jbdfs_image(bs);
         let dev = FileDevice::open(&img.path, OpenOptions::default()).unwrap();
         let cfg = MountConfig {

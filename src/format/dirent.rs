@@ -1,8 +1,9 @@
 //! ext3 directory blocks: linear entries (`ext2_dir_entry_2`), the htree
 //! (dir_index) root and node blocks, and the directory hash functions.
 //!
-//! Block sizes are limited to 32 KiB: larger blocks need ext4's split
-//! `rec_len` encoding, which ext3 never uses.
+//! A 64 KiB block's whole-block `rec_len` does not fit the 16-bit field, so
+//! entries are read and written through [`rec_len_from_disk`] and
+//! [`rec_len_to_disk`], the kernel's encoding (`ext4_rec_len_from_disk`).
 
 use super::bytes::{self, le16, le32, put_bytes, put_le16, put_le32};
 use super::{FormatError, InodeNo};
@@ -40,8 +41,45 @@ pub const EXT2_NAME_LEN: usize = 255;
 pub const DIRENT_HEADER_LEN: usize = 8;
 /// `EXT3_DIR_REC_LEN(1)`: the smallest valid `rec_len`.
 pub const EXT3_DIR_REC_LEN_MIN: usize = 12;
-/// Largest block size whose `rec_len` fits the plain 16-bit encoding.
-pub const MAX_DIR_BLOCK_SIZE: usize = 32768;
+/// Largest directory block: ext3's largest block size.
+pub const MAX_DIR_BLOCK_SIZE: usize = 65536;
+/// `EXT4_MAX_REC_LEN`: what a 64 KiB block's whole-block `rec_len` is
+/// stored as.
+pub const EXT4_MAX_REC_LEN: u16 = 65535;
+
+/// `ext4_rec_len_from_disk`: the length an on-disk `rec_len` stands for in
+/// a block of `block_size` bytes. Below 64 KiB the field is the length; at
+/// 64 KiB and up, 65535 and 0 mean the whole block and the two low bits
+/// (always clear in a real length) carry bits 16 and 17.
+pub fn rec_len_from_disk(raw: u16, block_size: usize) -> usize {
+    let len = usize::from(raw);
+    if block_size < 65536 {
+        len
+    } else if raw == EXT4_MAX_REC_LEN || raw == 0 {
+        block_size
+    } else {
+        (len & 65532) | ((len & 3) << 16)
+    }
+}
+
+/// `ext4_rec_len_to_disk`: the on-disk form of a `rec_len` of `len` bytes
+/// in a block of `block_size` bytes, or `None` if no 16-bit value says it.
+pub fn rec_len_to_disk(len: usize, block_size: usize) -> Option<u16> {
+    if len < 65536 {
+        return u16::try_from(len).ok();
+    }
+    if len > block_size || len > 1 << 18 || len % 4 != 0 {
+        return None;
+    }
+    if len == block_size {
+        return Some(if block_size == 65536 {
+            EXT4_MAX_REC_LEN
+        } else {
+            0
+        });
+    }
+    Some(((len & 65532) | ((len >> 16) & 3)) as u16)
+}
 
 /// `EXT3_DIR_REC_LEN`: the bytes an entry with this name length needs.
 pub const fn rec_len_for(name_len: usize) -> usize {
@@ -52,7 +90,8 @@ pub const fn rec_len_for(name_len: usize) -> usize {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct DirEntry {
     pub inode: InodeNo,
-    pub rec_len: u16,
+    /// The record's length in bytes (decoded: up to the block size).
+    pub rec_len: usize,
     pub name_len: u8,
     pub file_type: u8,
     pub name: Vec<u8>,
@@ -63,7 +102,8 @@ pub struct DirEntry {
 pub struct DirEntryRef<'a> {
     pub offset: usize,
     pub inode: InodeNo,
-    pub rec_len: u16,
+    /// The record's length in bytes (decoded: up to the block size).
+    pub rec_len: usize,
     pub name_len: u8,
     pub file_type: u8,
     pub name: &'a [u8],
@@ -106,8 +146,8 @@ impl DirentError {
     }
 }
 
-/// Rejects block sizes whose entries could not be described by a `u16`
-/// `rec_len`, or that are not a multiple of 4.
+/// Rejects block sizes no `rec_len` could span, or that are not a
+/// multiple of 4.
 pub fn check_block_size(block_size: usize) -> Result<(), FormatError> {
     let ok =
         (EXT3_DIR_REC_LEN_MIN..=MAX_DIR_BLOCK_SIZE).contains(&block_size) && block_size % 4 == 0;
@@ -118,7 +158,7 @@ pub fn check_block_size(block_size: usize) -> Result<(), FormatError> {
             STRUCTURE,
             "block size",
             block_size as u64,
-            "directory blocks must be 12..=32768 bytes, a multiple of 4",
+            "directory blocks must be 12..=65536 bytes, a multiple of 4",
         ))
     }
 }
@@ -143,12 +183,18 @@ pub fn set_inode_at(block: &mut [u8], off: usize, ino: u32) {
     put_le32(block, off + DE_INODE, ino);
 }
 
-pub fn rec_len_at(block: &[u8], off: usize) -> u16 {
-    le16(block, off + DE_REC_LEN)
+/// The decoded `rec_len` of the entry at `off`; `block` is the whole
+/// directory block, whose length decides the encoding.
+pub fn rec_len_at(block: &[u8], off: usize) -> usize {
+    rec_len_from_disk(le16(block, off + DE_REC_LEN), block.len())
 }
 
-pub fn set_rec_len_at(block: &mut [u8], off: usize, rec_len: u16) {
-    put_le16(block, off + DE_REC_LEN, rec_len);
+/// Stores `rec_len` in the entry at `off`, encoded for the block's size.
+/// fsck repairs lengths through this, so an impossible one (past the block)
+/// is stored truncated rather than refused, as the kernel's encoder would.
+pub fn set_rec_len_at(block: &mut [u8], off: usize, rec_len: usize) {
+    let raw = rec_len_to_disk(rec_len, block.len()).unwrap_or(rec_len as u16);
+    put_le16(block, off + DE_REC_LEN, raw);
 }
 
 pub fn name_len_at(block: &[u8], off: usize) -> u8 {
@@ -183,7 +229,7 @@ pub fn entry_at(
     let b = block.get(off..).unwrap_or(&[]);
     bytes::need(STRUCTURE, b, DIRENT_HEADER_LEN)?;
     let inode = le32(b, 0);
-    let rec_len = le16(b, 4);
+    let rec_len = rec_len_at(block, off);
     let name_len = b[6];
     check_rec_len(rec_len, name_len, b.len())?;
     if let Some(limit) = inodes_count {
@@ -208,8 +254,8 @@ fn bad(field: &'static str, value: impl Into<u64>, reason: &'static str) -> Form
     FormatError::bad_field(STRUCTURE, field, value, reason)
 }
 
-fn check_rec_len(rec_len: u16, name_len: u8, room: usize) -> Result<(), FormatError> {
-    let len = usize::from(rec_len);
+fn check_rec_len(len: usize, name_len: u8, room: usize) -> Result<(), FormatError> {
+    let rec_len = len as u64;
     if len < EXT3_DIR_REC_LEN_MIN {
         Err(bad("rec_len", rec_len, "rec_len is smaller than minimal"))
     } else if len % 4 != 0 {
@@ -251,7 +297,7 @@ impl<'a> Iterator for DirBlockIter<'a> {
         }
         match entry_at(self.block, self.off, self.inodes_count) {
             Ok(e) => {
-                self.off += usize::from(e.rec_len);
+                self.off += e.rec_len;
                 Some(Ok(e))
             }
             Err(error) => {
@@ -273,24 +319,26 @@ pub fn parse_block(
 /// Writes `e` at `off`. The entry must be self-consistent and fit the block;
 /// bytes of the record past the name are left as they were.
 pub fn write_entry(block: &mut [u8], off: usize, e: &DirEntry) -> Result<(), FormatError> {
-    let len = usize::from(e.rec_len);
+    let len = e.rec_len;
     if e.name.len() != usize::from(e.name_len) {
         return Err(bad("name_len", e.name_len, "does not match the name"));
     }
     check_rec_len(e.rec_len, e.name_len, block.len().saturating_sub(off))?;
+    let raw = to_rec_len(len, block.len())?;
     let b = block
         .get_mut(off..off + len)
-        .ok_or_else(|| bad("rec_len", e.rec_len, "directory entry across blocks"))?;
+        .ok_or_else(|| bad("rec_len", len as u64, "directory entry across blocks"))?;
     put_le32(b, DE_INODE, e.inode.0);
-    put_le16(b, DE_REC_LEN, e.rec_len);
+    put_le16(b, DE_REC_LEN, raw);
     b[DE_NAME_LEN] = e.name_len;
     b[DE_FILE_TYPE] = e.file_type;
     put_bytes(b, DIRENT_HEADER_LEN, &e.name);
     Ok(())
 }
 
-fn to_rec_len(len: usize) -> Result<u16, FormatError> {
-    u16::try_from(len).map_err(|_| bad("rec_len", len as u64, "does not fit 16 bits"))
+fn to_rec_len(len: usize, block_size: usize) -> Result<u16, FormatError> {
+    rec_len_to_disk(len, block_size)
+        .ok_or_else(|| bad("rec_len", len as u64, "has no 16-bit encoding"))
 }
 
 /// An empty directory block: one unused entry spanning the whole block.
@@ -299,7 +347,7 @@ pub fn init_block(block_size: usize) -> Result<Vec<u8>, FormatError> {
     let mut block = vec![0u8; block_size];
     let empty = DirEntry {
         inode: InodeNo(0),
-        rec_len: to_rec_len(block_size)?,
+        rec_len: block_size,
         name_len: 0,
         file_type: 0,
         name: Vec::new(),
@@ -318,8 +366,11 @@ pub fn new_dir_block(
     check_block_size(block_size)?;
     let mut block = vec![0u8; block_size];
     write_entry(&mut block, 0, &dot_entry(self_ino, b".", 12))?;
-    let rest = to_rec_len(block_size - 12)?;
-    write_entry(&mut block, 12, &dot_entry(parent_ino, b"..", rest))?;
+    write_entry(
+        &mut block,
+        12,
+        &dot_entry(parent_ino, b"..", block_size - 12),
+    )?;
     Ok(block)
 }
 
@@ -337,7 +388,7 @@ pub fn new_untyped_dir_block(
     Ok(block)
 }
 
-fn dot_entry(inode: InodeNo, name: &[u8], rec_len: u16) -> DirEntry {
+fn dot_entry(inode: InodeNo, name: &[u8], rec_len: usize) -> DirEntry {
     DirEntry {
         inode,
         rec_len,
@@ -387,9 +438,9 @@ pub fn insert_entry(
         if e.inode.0 != 0 && e.name == name {
             return Ok(Insert::Exists(e.offset));
         }
-        let fits = usize::from(e.rec_len) >= e.used_len() + need;
+        let fits = e.rec_len >= e.used_len() + need;
         if slot.is_none() && fits {
-            slot = Some((e.offset, e.used_len(), usize::from(e.rec_len)));
+            slot = Some((e.offset, e.used_len(), e.rec_len));
         }
     }
     let Some((off, used, rec_len)) = slot else {
@@ -398,7 +449,7 @@ pub fn insert_entry(
     let new_off = split_slot(block, off, used)?;
     let entry = DirEntry {
         inode,
-        rec_len: to_rec_len(rec_len - used).map_err(|e| DirentError::new(off, e))?,
+        rec_len: rec_len - used,
         name_len: name.len() as u8,
         file_type,
         name: name.to_vec(),
@@ -424,8 +475,8 @@ fn split_slot(block: &mut [u8], off: usize, used: usize) -> Result<usize, Dirent
     if used == 0 {
         return Ok(off);
     }
-    let short = to_rec_len(used).map_err(|e| DirentError::new(off, e))?;
-    put_le16(block, off + 4, short);
+    let short = to_rec_len(used, block.len()).map_err(|e| DirentError::new(off, e))?;
+    put_le16(block, off + DE_REC_LEN, short);
     Ok(off + used)
 }
 
@@ -433,7 +484,7 @@ fn split_slot(block: &mut [u8], off: usize, used: usize) -> Result<usize, Dirent
 /// the previous entry, or mark it unused if it is first in the block.
 /// Returns the inode the entry pointed to, or `None` if absent.
 pub fn remove_entry(block: &mut [u8], name: &[u8]) -> Result<Option<InodeNo>, DirentError> {
-    let mut prev: Option<(usize, u16)> = None;
+    let mut prev: Option<(usize, usize)> = None;
     let mut found = None;
     for e in iter_block(block, None) {
         let e = e?;
@@ -448,9 +499,9 @@ pub fn remove_entry(block: &mut [u8], name: &[u8]) -> Result<Option<InodeNo>, Di
     };
     match prev {
         Some((poff, plen)) => {
-            let merged = to_rec_len(usize::from(plen) + usize::from(rec_len))
-                .map_err(|e| DirentError::new(poff, e))?;
-            put_le16(block, poff + 4, merged);
+            let merged =
+                to_rec_len(plen + rec_len, block.len()).map_err(|e| DirentError::new(poff, e))?;
+            put_le16(block, poff + DE_REC_LEN, merged);
         }
         None => put_le32(block, off, 0),
     }
@@ -540,8 +591,8 @@ pub fn looks_like_dx_root(block: &[u8]) -> bool {
     if bytes::need(DX_STRUCTURE, block, DX_ROOT_ENTRIES_OFF).is_err() {
         return false;
     }
-    let dot = le16(block, 4) == 12 && block[6] == 1 && block[8] == b'.';
-    let dotdot_len = usize::from(le16(block, 16));
+    let dot = rec_len_at(block, 0) == 12 && block[6] == 1 && block[8] == b'.';
+    let dotdot_len = rec_len_at(block, 12);
     let dotdot = dotdot_len == block.len() - 12 && block[18] == 2 && &block[20..22] == b"..";
     dot && dotdot && le32(block, DX_ROOT_INFO_OFF) == 0 && block[0x1d] == DX_ROOT_INFO_LEN
 }
@@ -553,7 +604,7 @@ pub fn looks_like_dx_node(block: &[u8]) -> bool {
     if bytes::need(DX_NODE_STRUCTURE, block, DX_NODE_ENTRIES_OFF).is_err() {
         return false;
     }
-    le32(block, 0) == 0 && usize::from(le16(block, 4)) == block.len() && block[6] == 0
+    le32(block, 0) == 0 && rec_len_at(block, 0) == block.len() && block[6] == 0
 }
 
 /// Parses an htree root block, checking what `dx_probe` checks.
@@ -1025,7 +1076,100 @@ mod tests {
         assert_eq!(parse_block(&block, None).unwrap_err().offset, 12);
         put_le16(&mut block, 4, 8);
         assert_eq!(parse_block(&block, None).unwrap_err().offset, 0);
-        assert!(init_block(65536).is_err());
+        assert!(init_block(65540).is_err());
+        assert!(init_block(131072).is_err());
+    }
+
+    #[test]
+    fn rec_len_of_a_whole_64k_block_is_encoded_as_the_kernel_does() {
+        // The kernel writes 65535 (EXT4_MAX_REC_LEN) and reads 65535 and 0
+        // as the whole block.
+        assert_eq!(rec_len_to_disk(65536, 65536), Some(65535));
+        assert_eq!(rec_len_from_disk(65535, 65536), 65536);
+        assert_eq!(rec_len_from_disk(0, 65536), 65536);
+        // Lengths below 64 KiB are stored as they are, in any block size.
+        for len in [12, 24, 4084, 32768, 65520, 65532] {
+            assert_eq!(rec_len_to_disk(len, 65536), Some(len as u16));
+            assert_eq!(rec_len_from_disk(len as u16, 65536), len);
+        }
+        // Below 64 KiB blocks the field is plain: 65535 and 0 are just bad.
+        assert_eq!(rec_len_from_disk(65535, 32768), 65535);
+        assert_eq!(rec_len_from_disk(0, 4096), 0);
+        assert_eq!(rec_len_to_disk(4096, 4096), Some(4096));
+        // Past 64 KiB (blocks of 128 and 256 KiB): bits 16-17 in the low two.
+        assert_eq!(rec_len_to_disk(65536, 131072), Some(1));
+        assert_eq!(rec_len_from_disk(1, 131072), 65536);
+        assert_eq!(rec_len_to_disk(131072, 131072), Some(0));
+        assert_eq!(rec_len_from_disk(0, 131072), 131072);
+        assert_eq!(rec_len_to_disk(65536 + 12, 131072), Some(13));
+        assert_eq!(rec_len_from_disk(13, 131072), 65536 + 12);
+        // No 16-bit value says these.
+        assert_eq!(rec_len_to_disk(65537, 131072), None);
+        assert_eq!(rec_len_to_disk(131072, 65536), None);
+        assert_eq!(rec_len_to_disk(1 << 19, 1 << 19), None);
+    }
+
+    fn sample_dx_root() -> DxRoot {
+        DxRoot {
+            dot_inode: InodeNo(12),
+            dotdot_inode: InodeNo(2),
+            hash_version: DX_HASH_HALF_MD4,
+            info_length: 8,
+            indirect_levels: 0,
+            unused_flags: 0,
+            limit: 0,
+            entries: vec![DxEntry { hash: 0, block: 1 }, DxEntry { hash: 8, block: 2 }],
+        }
+    }
+
+    #[test]
+    fn a_64k_block_reads_and_writes_its_whole_block_entries_encoded() {
+        const BS: usize = 65536;
+        let mut block = init_block(BS).unwrap();
+        assert_eq!(le16(&block, 4), EXT4_MAX_REC_LEN);
+        assert_eq!(rec_len_at(&block, 0), BS);
+        assert!(is_empty_block(&block).unwrap());
+        assert!(looks_like_dx_node(&block));
+        // Linux may also have written 0 for the whole block.
+        put_le16(&mut block, 4, 0);
+        assert_eq!(parse_block(&block, None).unwrap()[0].rec_len, BS);
+
+        let mut block = new_dir_block(BS, InodeNo(12), InodeNo(2)).unwrap();
+        assert_eq!(le16(&block, 16), (BS - 12) as u16);
+        assert_eq!(parse_block(&block, None).unwrap()[1].rec_len, BS - 12);
+        assert_eq!(
+            insert_entry(&mut block, InodeNo(20), b"a", 1).unwrap(),
+            Insert::Inserted(24)
+        );
+        assert_eq!(rec_len_at(&block, 24), BS - 24);
+        assert_eq!(remove_entry(&mut block, b"a").unwrap(), Some(InodeNo(20)));
+        assert_eq!(rec_len_at(&block, 12), BS - 12);
+
+        // A freed first entry spanning the block is stored as 65535 again.
+        let mut block = init_block(BS).unwrap();
+        insert_entry(&mut block, InodeNo(30), b"only", 1).unwrap();
+        assert_eq!(le16(&block, 4), EXT4_MAX_REC_LEN);
+        insert_entry(&mut block, InodeNo(31), b"next", 1).unwrap();
+        assert_eq!(le16(&block, 4), 12);
+        assert_eq!(rec_len_at(&block, 12), BS - 12);
+        remove_entry(&mut block, b"next").unwrap();
+        assert_eq!(le16(&block, 4), EXT4_MAX_REC_LEN);
+        set_rec_len_at(&mut block, 0, 12);
+        assert_eq!(le16(&block, 4), 12);
+        set_rec_len_at(&mut block, 0, BS);
+        assert_eq!(le16(&block, 4), EXT4_MAX_REC_LEN);
+
+        let root = write_dx_root(BS, &sample_dx_root()).unwrap();
+        assert!(looks_like_dx_root(&root));
+        assert_eq!(
+            parse_dx_root(&root).unwrap().limit as usize,
+            dx_root_limit(BS)
+        );
+        let node = write_dx_node(BS, &sample_dx_root().entries).unwrap();
+        assert_eq!(
+            parse_dx_node(&node).unwrap().limit as usize,
+            dx_node_limit(BS)
+        );
     }
 
     #[test]
@@ -1155,6 +1299,26 @@ mod tests {
                 b.truncate(len.max(1));
                 let i = (rng.next() as usize) % b.len();
                 b[i] = rng.next() as u8;
+            }
+            exercise(&mut b, &mut rng);
+        }
+    }
+
+    /// 64 KiB blocks decode rec_len specially: damage there (0, 65535,
+    /// low bits set) must be reported, never panic or loop.
+    #[test]
+    fn damaged_64k_blocks_never_panic() {
+        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let mut good = new_dir_block(65536, InodeNo(2), InodeNo(2)).unwrap();
+        for i in 0..20u32 {
+            let name = format!("name{i}");
+            insert_entry(&mut good, InodeNo(20 + i), name.as_bytes(), 1).unwrap();
+        }
+        for _ in 0..300 {
+            let mut b = good.clone();
+            for _ in 0..1 + rng.next() % 3 {
+                let i = (rng.next() % 400) as usize;
+                b[i] = [0, 0xff, 3, rng.next() as u8][(rng.next() % 4) as usize];
             }
             exercise(&mut b, &mut rng);
         }

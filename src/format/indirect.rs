@@ -98,13 +98,32 @@ pub fn ext3_max_size(block_size: u32) -> Result<u64, FormatError> {
     let bits = block_size.trailing_zeros();
     let meta_blocks = 1 + (1 + p) + (1 + p + p * p);
     let sectors_limit = ((1u64 << 32) - 1) >> (bits - 9);
-    // For 32 and 64 KiB blocks the kernel's formula goes negative; refuse rather
-    // than invent a limit.
-    let upper_limit = sectors_limit.checked_sub(meta_blocks).ok_or_else(|| {
-        FormatError::bad_field(STRUCTURE, "block size", block_size, "no ext3 size limit")
-    })? << bits;
     let tree_limit = max_file_blocks(block_size)? << bits;
+    // For 32 and 64 KiB blocks ext3's formula, which counts every indirect
+    // block of a full tree, goes negative; ext4 (which mounts ext3 today)
+    // counts only the indirect blocks a file of the i_blocks limit needs.
+    let upper_limit = match sectors_limit.checked_sub(meta_blocks) {
+        Some(blocks) => blocks << bits,
+        None => bitmap_limit_blocks(sectors_limit, p) << bits,
+    };
     Ok(tree_limit.min(upper_limit).min(MAX_LFS_FILESIZE))
+}
+
+/// `ext4_max_bitmap_size` without huge_file, past the point where the tree
+/// no longer limits the size: the data blocks of a dense file whose data
+/// and indirect blocks together are `limit` blocks.
+fn bitmap_limit_blocks(limit: u64, p: u64) -> u64 {
+    let mut left = limit - EXT3_NDIR_BLOCKS as u64 - p;
+    // The single indirect block.
+    let mut meta = 1;
+    if left < p * p {
+        meta += 1 + left.div_ceil(p);
+        return limit - meta;
+    }
+    meta += 1 + p;
+    left -= p * p;
+    meta += 1 + left.div_ceil(p) + left.div_ceil(p * p);
+    limit - meta
 }
 
 fn slot_offset(block: &[u8], slot: u32) -> Result<usize, FormatError> {
@@ -194,8 +213,11 @@ mod tests {
         assert!(ext3_max_size(4096).unwrap() < 2 << 40);
         assert!(ext3_max_size(1000).is_err());
         assert!(ext3_max_size(16384).is_ok());
-        assert!(ext3_max_size(32768).is_err());
-        assert!(ext3_max_size(65536).is_err());
+        // 2^32 - 1 sectors are 33,554,431 blocks of 64 KiB, 2,049 of them
+        // indirect (ext4_max_bitmap_size).
+        assert_eq!(ext3_max_size(65536).unwrap(), (33_554_431 - 2_049) << 16);
+        assert_eq!(ext3_max_size(32768).unwrap(), (67_108_863 - 8_193) << 15);
+        assert!(ext3_max_size(131072).is_err());
     }
 
     #[test]

@@ -634,6 +634,34 @@ mod tests {
         assert_eq!((m, parse_descriptor(&small).unwrap().1.len()), (3, 3));
     }
 
+    /// 64 KiB blocks: 8,186 tags in a descriptor and 16,380 revoke records
+    /// (r_count, a byte count, is 65,536 when full).
+    #[test]
+    fn descriptors_and_revokes_fill_64k_blocks() {
+        const BS: usize = 65536;
+        let blocks: Vec<LoggedBlock> = (0..9000)
+            .map(|i| LoggedBlock {
+                blocknr: 5000 + i,
+                escaped: i % 1000 == 3,
+            })
+            .collect();
+        let (block, n) = build_descriptor(BS, 4, &UUID, &blocks).unwrap();
+        assert_eq!((block.len(), n), (65536, descriptor_capacity(BS)));
+        assert_eq!(n, 1 + (65536 - 12 - 24) / 8);
+        let (_, tags) = parse_descriptor(&block).unwrap();
+        assert_eq!(tags.len(), n);
+        assert_eq!(tags[n - 1].t_blocknr, 5000 + n as u32 - 1);
+        assert!(tags[1003].t_flags & JBD2_FLAG_ESCAPE != 0);
+
+        let list: Vec<u32> = (1..=20_000).collect();
+        let (block, n) = build_revoke(BS, 6, &list).unwrap();
+        assert_eq!(n, (65536 - 16) / 4);
+        assert_eq!(parse_revoke(&block).unwrap().1, list[..n]);
+        let jsb = JournalSuperblock::new(BS as u32, 1024, UUID).unwrap();
+        let back = JournalSuperblock::parse(&jsb.to_bytes()).unwrap();
+        assert_eq!((back.s_blocksize, back.s_maxlen), (65536, 1024));
+    }
+
     #[test]
     fn descriptor_without_last_tag_stops_at_block_end() {
         let mut block = new_block(1024, JBD2_DESCRIPTOR_BLOCK, 1).unwrap();

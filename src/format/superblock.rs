@@ -26,6 +26,13 @@ pub const EXT2_DYNAMIC_REV: u32 = 1;
 pub const EXT2_GOOD_OLD_FIRST_INO: u32 = 11;
 pub const EXT2_GOOD_OLD_INODE_SIZE: u16 = 128;
 
+/// log2 of the largest block size ext2/3 allow (64 KiB; the smallest is
+/// 1 KiB, `s_log_block_size` 0).
+pub const EXT2_MAX_BLOCK_LOG_SIZE: u32 = 16;
+/// `EXT2_MAX_BLOCKS_PER_GROUP` without bigalloc: `(1 << 16) - 8`, so that a
+/// group's free block count fits the descriptor's 16 bits.
+pub const EXT2_MAX_BLOCKS_PER_GROUP: u32 = (1 << 16) - 8;
+
 pub const EXT2_FLAGS_SIGNED_HASH: u32 = 0x0001;
 pub const EXT2_FLAGS_UNSIGNED_HASH: u32 = 0x0002;
 
@@ -428,11 +435,11 @@ impl Superblock {
                 expected: EXT2_SUPER_MAGIC.into(),
             });
         }
-        if self.s_log_block_size > 2 {
+        if self.s_log_block_size > EXT2_MAX_BLOCK_LOG_SIZE - 10 {
             return bad(
                 "s_log_block_size",
                 self.s_log_block_size.into(),
-                "block size must be 1024, 2048 or 4096",
+                "block size must be a power of two from 1024 to 65536",
             );
         }
         if self.s_rev_level > EXT2_DYNAMIC_REV {
@@ -447,18 +454,18 @@ impl Superblock {
                 "must be 1 for 1 KiB blocks and 0 otherwise",
             );
         }
-        if self.s_blocks_per_group == 0 || self.s_blocks_per_group as u64 > 8 * bs {
+        if self.s_blocks_per_group == 0 || self.s_blocks_per_group > self.max_blocks_per_group() {
             return bad(
                 "s_blocks_per_group",
                 self.s_blocks_per_group.into(),
-                "must be between 1 and 8 times the block size",
+                "must be between 1 and 8 times the block size, and at most 65528",
             );
         }
-        if self.s_inodes_per_group == 0 || self.s_inodes_per_group as u64 > 8 * bs {
+        if self.s_inodes_per_group == 0 || self.s_inodes_per_group > self.max_inodes_per_group() {
             return bad(
                 "s_inodes_per_group",
                 self.s_inodes_per_group.into(),
-                "must be between 1 and 8 times the block size",
+                "must be between 1 and 8 times the block size, and fit a 16-bit count",
             );
         }
         self.validate_sizes(bs)
@@ -502,7 +509,22 @@ impl Superblock {
     }
 
     pub fn block_size(&self) -> u32 {
-        1024u32 << self.s_log_block_size.min(6)
+        1024u32 << self.s_log_block_size.min(EXT2_MAX_BLOCK_LOG_SIZE - 10)
+    }
+
+    /// e2fsck's bound on `s_blocks_per_group`: one bitmap block's bits, and
+    /// `EXT2_MAX_BLOCKS_PER_GROUP` so that a group's free count fits the
+    /// descriptor's 16 bits (it binds from 8 KiB blocks on).
+    pub fn max_blocks_per_group(&self) -> u32 {
+        (8 * self.block_size()).min(EXT2_MAX_BLOCKS_PER_GROUP)
+    }
+
+    /// e2fsck's bound on `s_inodes_per_group`: one bitmap block's bits, and
+    /// `EXT2_MAX_INODES_PER_GROUP` (65536 less one table block's inodes)
+    /// for the descriptor's 16-bit free count.
+    pub fn max_inodes_per_group(&self) -> u32 {
+        let per_block = self.block_size() / u32::from(self.inode_size().max(1));
+        (8 * self.block_size()).min(65536 - per_block)
     }
 
     pub fn inode_size(&self) -> u16 {
@@ -831,6 +853,41 @@ mod tests {
             Err(FormatError::BadMagic { .. })
         ));
         assert!(Superblock::parse(&[0u8; 100]).is_err());
+    }
+
+    #[test]
+    fn block_sizes_up_to_64k_are_accepted() {
+        for log in 0..=6u32 {
+            let bs = 1024u32 << log;
+            let mut sb = sample();
+            sb.s_log_block_size = log;
+            sb.s_first_data_block = u32::from(bs == 1024);
+            sb.s_blocks_per_group = (8 * bs).min(EXT2_MAX_BLOCKS_PER_GROUP);
+            sb.s_blocks_count = 3 * sb.s_blocks_per_group;
+            sb.s_inodes_per_group = 8192;
+            sb.s_inodes_count = 3 * 8192;
+            let back = Superblock::parse(&sb.to_bytes()).unwrap();
+            assert_eq!(back.block_size(), bs);
+        }
+        let mut sb = sample();
+        sb.s_log_block_size = 7;
+        assert!(Superblock::parse(&sb.to_bytes()).is_err());
+        // mke2fs caps groups at 65528 blocks from 8 KiB blocks on, and
+        // e2fsck holds to it: the descriptor's free count is 16 bits.
+        sb.s_log_block_size = 3;
+        sb.s_blocks_per_group = 65536;
+        sb.s_blocks_count = 3 * 65536;
+        assert!(Superblock::parse(&sb.to_bytes()).is_err());
+        sb.s_blocks_per_group = 65528;
+        sb.s_blocks_count = 3 * 65528;
+        sb.s_inodes_count = 3 * 8192;
+        assert!(Superblock::parse(&sb.to_bytes()).is_ok());
+        sb.s_inodes_per_group = 65536;
+        sb.s_inodes_count = 3 * 65536;
+        assert!(Superblock::parse(&sb.to_bytes()).is_err());
+        sb.s_inodes_per_group = 65536 - 32;
+        sb.s_inodes_count = 3 * (65536 - 32);
+        assert!(Superblock::parse(&sb.to_bytes()).is_ok());
     }
 
     #[test]

@@ -33,8 +33,9 @@ pub struct DirSlot {
 #[derive(Debug, Default)]
 pub struct DirIndex {
     names: HashMap<Vec<u8>, DirSlot>,
-    /// The longest entry each block can still take.
-    room: Vec<u16>,
+    /// The longest entry each block can still take (up to a whole 64 KiB
+    /// block, hence not a u16).
+    room: Vec<u32>,
     /// A block likely to have room: where the last insert went.
     hint: usize,
 }
@@ -56,12 +57,12 @@ pub struct ListedEntry {
 }
 
 /// The longest new entry that fits in `block`.
-fn block_room(block: &[u8]) -> u16 {
+fn block_room(block: &[u8]) -> u32 {
     dirent::iter_block(block, None)
         .filter_map(|e| e.ok())
-        .map(|e| usize::from(e.rec_len) - e.used_len())
+        .map(|e| e.rec_len - e.used_len())
         .max()
-        .unwrap_or(0) as u16
+        .unwrap_or(0) as u32
 }
 
 impl Filesystem {
@@ -148,7 +149,7 @@ impl Filesystem {
         if name.len() > dirent::EXT2_NAME_LEN {
             return Err(FsError::NameTooLong);
         }
-        let need = dirent::rec_len_for(name.len()) as u16;
+        let need = dirent::rec_len_for(name.len()) as u32;
         let idx = self.ensure_index(dir, st)?;
         if idx.names.contains_key(name) {
             return Err(FsError::Exists);
@@ -253,7 +254,7 @@ impl Filesystem {
         }
         st.disk.i_size += self.block_size as u64;
         if let Some(index) = st.dir_index.as_mut() {
-            index.room.push(self.block_size.min(u16::MAX as u32) as u16);
+            index.room.push(self.block_size);
         }
         Ok((idx, new))
     }
@@ -382,7 +383,7 @@ impl Filesystem {
                     ino: e.inode,
                     file_type: e.file_type,
                     name: e.name.to_vec(),
-                    next: pos + u64::from(e.rec_len) + 1,
+                    next: pos + e.rec_len as u64 + 1,
                 });
                 if out.len() >= limit {
                     return Ok(out);

@@ -273,7 +273,7 @@ fn check_is_really_dir(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
         return false;
     };
     let bs = block.len();
-    let dot_len = usize::from(de::rec_len_at(&block, 0));
+    let dot_len = de::rec_len_at(&block, 0);
     let dot_ok = de::name_at(&block, 0) == b"."
         && de::inode_at(&block, 0) == ino
         && dot_len >= 12
@@ -282,7 +282,7 @@ fn check_is_really_dir(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
     if !dot_ok {
         return false;
     }
-    let dotdot_len = usize::from(de::rec_len_at(&block, dot_len));
+    let dotdot_len = de::rec_len_at(&block, dot_len);
     if de::name_at(&block, dot_len) != b".." || dotdot_len < 12 || dotdot_len % 4 != 0 {
         return false;
     }

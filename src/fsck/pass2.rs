@@ -102,7 +102,7 @@ fn head(buf: &[u8], off: usize) -> Head {
     }
     Head {
         ino: de::inode_at(buf, off),
-        rec_len: usize::from(de::rec_len_at(buf, off)),
+        rec_len: de::rec_len_at(buf, off),
         name_len: usize::from(de::name_len_at(buf, off)),
     }
 }
@@ -184,7 +184,7 @@ fn check_dir_block(ctx: &mut Ctx, db: &DirBlock) -> io::Result<()> {
         check_entry(ctx, &mut b, off, position, &mut names);
         position += 1;
         prev = Some(off);
-        off += usize::from(de::rec_len_at(&b.buf, off));
+        off += de::rec_len_at(&b.buf, off);
     }
     if b.modified {
         ctx.write_block(db.blk, &b.buf)?;
@@ -209,22 +209,22 @@ fn salvage(ctx: &Ctx, buf: &mut [u8], off: &mut usize, prev: Option<usize>, h: H
         && h.ino <= ctx.sb.s_inodes_count
         && bs - *off >= 12
     {
-        de::set_rec_len_at(buf, *off, (bs - *off) as u16);
+        de::set_rec_len_at(buf, *off, bs - *off);
         return;
     }
     if let Some(p) = prev {
         if h.rec_len != 0 && h.rec_len % 4 == 0 && *off + h.rec_len <= bs {
-            let plen = usize::from(de::rec_len_at(buf, p));
-            de::set_rec_len_at(buf, p, (plen + h.rec_len) as u16);
+            let plen = de::rec_len_at(buf, p);
+            de::set_rec_len_at(buf, p, plen + h.rec_len);
             *off += h.rec_len;
             return;
         }
-        let plen = usize::from(de::rec_len_at(buf, p));
-        de::set_rec_len_at(buf, p, (plen + bs - *off) as u16);
+        let plen = de::rec_len_at(buf, p);
+        de::set_rec_len_at(buf, p, plen + bs - *off);
         *off = bs;
     } else if bs - *off >= 12 {
         de::set_inode_at(buf, *off, 0);
-        de::set_rec_len_at(buf, *off, (bs - *off) as u16);
+        de::set_rec_len_at(buf, *off, bs - *off);
         de::set_name_len_at(buf, *off, 0);
         de::set_file_type_at(buf, *off, 0);
     } else {
@@ -264,14 +264,14 @@ fn check_dot(ctx: &mut Ctx, b: &mut Block, off: usize) {
             }
         }
     }
-    let rec_len = usize::from(de::rec_len_at(&b.buf, off));
+    let rec_len = de::rec_len_at(&b.buf, off);
     if rec_len > 24 {
         let msg = format!("Directory entry for '.' in inode {dir} is big.\n");
         if created || ctx.problems.ask(&msg, "Split") {
             de::set_rec_len_at(&mut b.buf, off, 12);
             let next = off + 12;
             de::set_inode_at(&mut b.buf, next, 0);
-            de::set_rec_len_at(&mut b.buf, next, (rec_len - 12) as u16);
+            de::set_rec_len_at(&mut b.buf, next, rec_len - 12);
             de::set_name_len_at(&mut b.buf, next, 0);
             de::set_file_type_at(&mut b.buf, next, 0);
             b.modified = true;

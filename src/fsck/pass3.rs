@@ -305,7 +305,7 @@ pub fn fix_dotdot(ctx: &mut Ctx, dir: u32, parent: u32) -> io::Result<()> {
     let bs = block.len();
     let mut off = 0;
     while off + 12 <= bs {
-        let rec_len = usize::from(de::rec_len_at(&block, off));
+        let rec_len = de::rec_len_at(&block, off);
         let name_len = usize::from(de::name_len_at(&block, off));
         if name_len == 2 && &block[off + 8..off + 10] == b".." {
             let old = de::inode_at(&block, off);

@@ -4,7 +4,7 @@
 
 use crate::device::BlockDevice;
 use crate::format::group_desc::{parse_table, GroupDesc};
-use crate::format::superblock::{raw as sbm_raw, Superblock, SUPERBLOCK_SIZE};
+use crate::format::superblock::{self as sbm, raw as sbm_raw, Superblock, SUPERBLOCK_SIZE};
 use crate::format::GroupNo;
 
 use super::context::{Ctx, Table};
@@ -76,15 +76,16 @@ fn backup_candidates(dev: &dyn BlockDevice) -> Vec<(u64, u64)> {
     if dev.read_at(&mut raw, 1024).is_ok() {
         let log = sbm_raw::s_log_block_size(&raw);
         let bpg = u64::from(sbm_raw::s_blocks_per_group(&raw));
-        if log <= 2 && bpg > 0 {
+        if log <= 6 && bpg > 0 {
             let bs = 1024u64 << log;
             if bpg <= 8 * bs {
                 out.push((bs, bpg + u64::from(bs == 1024)));
             }
         }
     }
-    for bs in [1024u64, 2048, 4096] {
-        let c = (bs, bs * 8 + u64::from(bs == 1024));
+    for bs in (0..=6).map(|log| 1024u64 << log) {
+        let bpg = (bs * 8).min(u64::from(sbm::EXT2_MAX_BLOCKS_PER_GROUP));
+        let c = (bs, bpg + u64::from(bs == 1024));
         if !out.contains(&c) {
             out.push(c);
         }

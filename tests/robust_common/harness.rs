@@ -53,7 +53,7 @@ pub fn format_parsers(data: &[u8]) {
     let _ = jbd::CommitBlock::parse(data);
     if data.len() >= 8 {
         let logical = u64::from_le_bytes(data[..8].try_into().unwrap());
-        for bs in [1024, 2048, 4096] {
+        for bs in [1024, 2048, 4096, 65536] {
             let _ = indirect::block_to_path(bs, logical);
         }
         let _ = indirect::get_ptr(data, (logical % 2048) as u32);
