@@ -106,6 +106,9 @@ pub struct Report {
     /// Preen stopped at a problem it may not fix alone; nothing was written
     /// but the error state.
     pub halted: bool,
+    /// The filesystem was not marked clean and this run marked it so
+    /// (e2fsck counts that as a change: exit 1).
+    pub marked_clean: bool,
 }
 
 impl Report {
@@ -114,7 +117,7 @@ impl Report {
         // As e2fsck: replaying the journal and processing the orphan list
         // alone leave the status 0; any problem fixed makes it 1.
         let mut code = exit::OK;
-        if self.fixed > 0 && !self.halted {
+        if (self.fixed > 0 || self.marked_clean) && !self.halted {
             code |= exit::NONDESTRUCT;
         }
         if self.unfixed > 0 {
@@ -209,6 +212,9 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<Report, FsckEr
         && found.backup.is_none()
         && !problems_pending(&problems)
     {
+        if sb.s_last_orphan != 0 && opts.mode != Mode::No {
+            return release_orphans_only(&overlay, dev, (opts, &name), sb, descs, problems);
+        }
         return Ok(skipped(&sb));
     }
     let mut use_backup_descs = false;
@@ -222,6 +228,7 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<Report, FsckEr
             }
         }
     }
+    let was_valid = sb.s_state & sbm::EXT2_VALID_FS != 0;
     let mut ctx = Ctx::new(&overlay, &name, opts, sb, descs);
     ctx.problems = problems;
     ctx.descs_dirty |= use_backup_descs;
@@ -230,11 +237,14 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<Report, FsckEr
     if let Some(what) = ctx.unsupported.take() {
         return Err(FsckError::Unsupported(what));
     }
+    // A filesystem left not clean is marked clean once checked.
+    ctx.sb_dirty |= !was_valid;
     finish(&mut ctx, overlay.is_dirty())?;
     ctx.problems.bar.clear();
     let mut report = report_of(&ctx);
     report.journal_replayed = outcome.replayed;
     report.halted = ctx.problems.halted;
+    report.marked_clean = !was_valid && opts.mode != Mode::No && ctx.problems.unfixed == 0;
     if ctx.problems.halted {
         // As e2fsck -p: leave the repairs to a manual run, and mark the
         // filesystem as having errors so that it is checked.
@@ -248,6 +258,29 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<Report, FsckEr
     } else if opts.mode != Mode::No {
         report.bytes_written = overlay.commit(dev)?;
     }
+    Ok(report)
+}
+
+/// A clean filesystem with an orphan list: e2fsck processes the list
+/// before it decides that the passes may be skipped.
+fn release_orphans_only(
+    overlay: &OverlayDevice,
+    dev: &dyn BlockDevice,
+    (opts, name): (&FsckOptions, &str),
+    sb: Superblock,
+    descs: Vec<GroupDesc>,
+    problems: Problems,
+) -> Result<Report, FsckError> {
+    let mut ctx = Ctx::new(overlay, name, opts, sb, descs);
+    ctx.problems = problems;
+    ctx.load_inode_tables()?;
+    orphan::release(&mut ctx)?;
+    ctx.flush_inodes()?;
+    pass5::write_released(&mut ctx)?;
+    finish(&mut ctx, true)?;
+    let mut report = skipped(&ctx.sb);
+    drop(ctx);
+    report.bytes_written = overlay.commit(dev)?;
     Ok(report)
 }
 

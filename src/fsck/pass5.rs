@@ -63,6 +63,38 @@ fn group_map(ctx: &mut Ctx, kind: Kind, g: u32) -> io::Result<GroupMap> {
     } else {
         vec![0u8; ctx.bs as usize]
     };
+    let freed = free_released(ctx, kind, g, (first, items), &mut disk);
+    let mut want = vec![0u8; ctx.bs as usize];
+    for i in 0..items {
+        let used = match kind {
+            Kind::Blocks => ctx.found.get(first + u64::from(i)),
+            Kind::Inodes => ctx.info[(first + u64::from(i)) as usize].used,
+        };
+        if used {
+            want[(i / 8) as usize] |= 1 << (i % 8);
+        }
+    }
+    for i in items..ctx.bs * 8 {
+        want[(i / 8) as usize] |= 1 << (i % 8);
+    }
+    Ok(GroupMap {
+        at,
+        disk,
+        want,
+        items,
+        released: freed > 0,
+    })
+}
+
+/// Clears in group `g`'s bitmap `disk` the items the orphan list released,
+/// and counts them free in the descriptor and superblock.
+fn free_released(
+    ctx: &mut Ctx,
+    kind: Kind,
+    g: u32,
+    (first, items): (u64, u32),
+    disk: &mut [u8],
+) -> u16 {
     let released = match kind {
         Kind::Blocks => &ctx.released_blocks,
         Kind::Inodes => &ctx.released_inodes,
@@ -72,7 +104,7 @@ fn group_map(ctx: &mut Ctx, kind: Kind, g: u32) -> io::Result<GroupMap> {
         let x = u64::from(x);
         if x >= first && x < first + u64::from(items) {
             let i = (x - first) as u32;
-            if bit(&disk, i) {
+            if bit(disk, i) {
                 disk[(i / 8) as usize] &= !(1 << (i % 8));
                 freed += 1;
             }
@@ -95,26 +127,38 @@ fn group_map(ctx: &mut Ctx, kind: Kind, g: u32) -> io::Result<GroupMap> {
         ctx.descs_dirty = true;
         ctx.sb_dirty = true;
     }
-    let mut want = vec![0u8; ctx.bs as usize];
-    for i in 0..items {
-        let used = match kind {
-            Kind::Blocks => ctx.found.get(first + u64::from(i)),
-            Kind::Inodes => ctx.info[(first + u64::from(i)) as usize].used,
-        };
-        if used {
-            want[(i / 8) as usize] |= 1 << (i % 8);
+    freed
+}
+
+/// Frees what the orphan list released when the passes do not run (a clean
+/// filesystem, not forced: e2fsck still processes the list first).
+pub fn write_released(ctx: &mut Ctx) -> io::Result<()> {
+    for kind in [Kind::Blocks, Kind::Inodes] {
+        for g in 0..ctx.groups() {
+            let d = ctx.descs[g as usize];
+            let (at, range) = match kind {
+                Kind::Blocks => (
+                    d.bg_block_bitmap,
+                    (
+                        u64::from(ctx.sb.group_first_block(GroupNo(g)).0),
+                        ctx.sb.blocks_in_group(GroupNo(g)),
+                    ),
+                ),
+                Kind::Inodes => (
+                    d.bg_inode_bitmap,
+                    (u64::from(g) * u64::from(ctx.ipg()) + 1, ctx.ipg()),
+                ),
+            };
+            if !ctx.block_ok(at) {
+                continue;
+            }
+            let mut disk = ctx.read_block(at)?;
+            if free_released(ctx, kind, g, range, &mut disk) > 0 {
+                ctx.write_block(at, &disk)?;
+            }
         }
     }
-    for i in items..ctx.bs * 8 {
-        want[(i / 8) as usize] |= 1 << (i % 8);
-    }
-    Ok(GroupMap {
-        at,
-        disk,
-        want,
-        items,
-        released: freed > 0,
-    })
+    Ok(())
 }
 
 fn bit(map: &[u8], i: u32) -> bool {
