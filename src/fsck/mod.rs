@@ -11,6 +11,7 @@
 //! claimed twice); pass 2 (directory entries); pass 3 (connectivity);
 //! pass 4 (link counts); pass 5 (bitmaps and summary counts).
 
+pub mod badblocks;
 pub mod context;
 pub mod journal;
 pub mod orphan;
@@ -276,7 +277,9 @@ fn run_passes(ctx: &mut Ctx, new_journal: bool) -> io::Result<()> {
     if ctx.problems.mode() != Mode::No {
         orphan::release(ctx)?;
     }
+    badblocks::load(ctx)?;
     pass1::run(ctx)?;
+    badblocks::relocate(ctx)?;
     super_check::relocate_tables(ctx)?;
     pass1b::run(ctx)?;
     pass2::run(ctx)?;

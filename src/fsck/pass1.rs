@@ -29,6 +29,9 @@ pub fn run(ctx: &mut Ctx) -> io::Result<()> {
 }
 
 fn check_inode(ctx: &mut Ctx, ino: u32) -> io::Result<()> {
+    if super::badblocks::skip_inode(ctx, ino) {
+        return Ok(());
+    }
     let links = ctx.raw_links(ino);
     let mode = ctx.raw_mode(ino);
     let dtime = ctx.raw_dtime(ino);
@@ -250,6 +253,9 @@ fn check_zero_fields(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
 
 /// Reserved inodes below s_first_ino: in use whatever their link count.
 fn check_reserved(ctx: &mut Ctx, ino: u32, mode: u16) -> io::Result<()> {
+    if ino == rsv::EXT2_BAD_INO {
+        return super::badblocks::check_bad_inode(ctx);
+    }
     ctx.info[ino as usize].used = true;
     let mut inode = ctx.inode(ino);
     let bad_mode = match ino {
