@@ -419,3 +419,204 @@ pub fn relocate(ctx: &mut Ctx) -> io::Result<()> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::{check, exit, read_superblock, super_check, FsckOptions, Mode, Report};
+    use crate::device::{BlockDevice, MemoryDevice};
+    use crate::format::group_desc::GroupDesc;
+    use crate::format::inode::{ino::EXT2_ROOT_INO, Inode};
+    use crate::mkfs::{format, plan, MkfsOptions, Zeroed};
+    use crate::util::Progress;
+
+    fn image() -> MemoryDevice {
+        let o = MkfsOptions::default();
+        let dev = MemoryDevice::new(32 << 20).unwrap();
+        let g = plan(&o, 32 << 20).unwrap();
+        format(&dev, &o, &g, Zeroed::All, &mut Progress::quiet()).unwrap();
+        dev
+    }
+
+    fn run(dev: &MemoryDevice, mode: Mode) -> Report {
+        let opts = FsckOptions {
+            mode,
+            force: true,
+            ..Default::default()
+        };
+        check(dev, &opts).unwrap()
+    }
+
+    fn descs(dev: &MemoryDevice) -> Vec<GroupDesc> {
+        let sb = read_superblock(dev).unwrap();
+        super_check::read_descs(dev, &sb, sb.s_first_data_block).unwrap()
+    }
+
+    /// Byte offset of inode `ino`, and the inode size.
+    fn inode_at(dev: &MemoryDevice, ino: u32) -> (u64, usize) {
+        let sb = read_superblock(dev).unwrap();
+        let (g, idx) = sb.inode_group(ino);
+        let table = descs(dev)[g.0 as usize].bg_inode_table;
+        let at = u64::from(table) * u64::from(sb.block_size())
+            + u64::from(idx) * u64::from(sb.inode_size());
+        (at, usize::from(sb.inode_size()))
+    }
+
+    fn read_inode(dev: &MemoryDevice, ino: u32) -> Inode {
+        let (at, len) = inode_at(dev, ino);
+        let mut buf = vec![0u8; len];
+        dev.read_at(&mut buf, at).unwrap();
+        Inode::parse(&buf).unwrap()
+    }
+
+    fn write_inode(dev: &MemoryDevice, ino: u32, inode: &Inode) {
+        let (at, _) = inode_at(dev, ino);
+        dev.write_at(&inode.to_bytes(), at).unwrap();
+    }
+
+    /// Makes `blocks` the bad-block list (direct blocks only).
+    fn set_list(dev: &MemoryDevice, blocks: &[u32]) {
+        let bs = read_superblock(dev).unwrap().block_size();
+        let mut inode = read_inode(dev, 1);
+        inode.i_block[..blocks.len()].copy_from_slice(blocks);
+        inode.i_blocks = blocks.len() as u64 * u64::from(bs / 512);
+        write_inode(dev, 1, &inode);
+    }
+
+    /// -n finds the damage and writes nothing; -y repairs it; then -n and
+    /// -y find nothing.
+    fn repair(dev: &MemoryDevice) -> Report {
+        let before = dev.snapshot();
+        let r = run(dev, Mode::No);
+        assert_eq!(r.exit_code(), exit::UNCORRECTED, "{:?}", r.problems);
+        assert!(before == dev.snapshot(), "-n changed the image");
+        let fixed = run(dev, Mode::Yes);
+        assert_eq!(fixed.exit_code(), exit::NONDESTRUCT, "{:?}", fixed.problems);
+        let r = run(dev, Mode::No);
+        assert_eq!(r.exit_code(), 0, "{:?}", r.problems);
+        let r = run(dev, Mode::Yes);
+        assert_eq!(r.exit_code(), 0, "{:?}", r.problems);
+        fixed
+    }
+
+    fn said(r: &Report, text: &str) -> bool {
+        r.problems.iter().any(|p| p.contains(text))
+    }
+
+    #[test]
+    fn a_clean_list_is_no_problem() {
+        let dev = image();
+        let sb = read_superblock(&dev).unwrap();
+        let free = sb.s_blocks_count - 10;
+        set_list(&dev, &[free]);
+        // The block is marked in use in the bitmap as the list claims it.
+        let r = run(&dev, Mode::Yes);
+        assert!(r.exit_code() <= exit::NONDESTRUCT, "{:?}", r.problems);
+        let r = run(&dev, Mode::No);
+        assert_eq!(r.exit_code(), 0, "{:?}", r.problems);
+        assert_eq!(read_inode(&dev, 1).i_block[0], free, "the list is kept");
+    }
+
+    #[test]
+    fn a_file_block_on_the_list_is_cloned() {
+        let dev = image();
+        let root = read_inode(&dev, EXT2_ROOT_INO);
+        let old = root.i_block[0];
+        let bs = read_superblock(&dev).unwrap().block_size() as usize;
+        let mut contents = vec![0u8; bs];
+        dev.read_at(&mut contents, old as u64 * bs as u64).unwrap();
+        set_list(&dev, &[old]);
+        let r = repair(&dev);
+        assert!(
+            said(&r, "shared with 1 file(s):\n\t<The bad blocks inode>"),
+            "{:?}",
+            r.problems
+        );
+        let new = read_inode(&dev, EXT2_ROOT_INO).i_block[0];
+        assert_ne!(new, old, "the root directory got its own copy");
+        let mut copy = vec![0u8; bs];
+        dev.read_at(&mut copy, new as u64 * bs as u64).unwrap();
+        assert!(copy == contents);
+        assert_eq!(read_inode(&dev, 1).i_block[0], old, "the list keeps it");
+    }
+
+    #[test]
+    fn bitmaps_on_the_list_are_relocated() {
+        let dev = image();
+        let d = descs(&dev)[0];
+        set_list(&dev, &[d.bg_block_bitmap, d.bg_inode_bitmap]);
+        let r = repair(&dev);
+        for (noun, at) in [("block", d.bg_block_bitmap), ("inode", d.bg_inode_bitmap)] {
+            let msg = format!("Group 0's {noun} bitmap ({at}) is bad.");
+            assert!(said(&r, &msg), "{:?}", r.problems);
+        }
+        let now = descs(&dev)[0];
+        assert_ne!(now.bg_block_bitmap, d.bg_block_bitmap);
+        assert_ne!(now.bg_inode_bitmap, d.bg_inode_bitmap);
+        let list = read_inode(&dev, 1).i_block;
+        assert_eq!(list[..2], [d.bg_block_bitmap, d.bg_inode_bitmap]);
+    }
+
+    #[test]
+    fn inodes_in_a_bad_table_block_are_unlinked() {
+        let dev = image();
+        let sb = read_superblock(&dev).unwrap();
+        let lost_found = sb.first_ino();
+        let (at, _) = inode_at(&dev, lost_found);
+        let blk = (at / u64::from(sb.block_size())) as u32;
+        set_list(&dev, &[blk]);
+        let r = repair(&dev);
+        let msg = format!("points to inode ({lost_found}) located in a bad block");
+        assert!(said(&r, &msg), "{:?}", r.problems);
+        assert!(said(&r, "/lost+found not found."), "{:?}", r.problems);
+    }
+
+    #[test]
+    fn the_primary_superblock_is_taken_off_the_list() {
+        let dev = image();
+        let sb = read_superblock(&dev).unwrap();
+        let first = sb.s_first_data_block;
+        set_list(&dev, &[first + 1, first]);
+        let r = repair(&dev);
+        let msg = format!("The primary superblock ({first}) is on the bad block list.");
+        assert!(said(&r, &msg), "{:?}", r.problems);
+        let msg = format!("Block {} in the primary group descriptors", first + 1);
+        assert!(said(&r, &msg), "{:?}", r.problems);
+        assert_eq!(read_inode(&dev, 1).i_block[..2], [0, 0]);
+    }
+
+    #[test]
+    fn an_invalid_bad_block_inode_is_cleared() {
+        let dev = image();
+        let mut inode = read_inode(&dev, 1);
+        inode.i_mode = 0o100644;
+        inode.i_links_count = 1;
+        write_inode(&dev, 1, &inode);
+        let r = repair(&dev);
+        assert!(
+            said(&r, "The bad block inode looks invalid."),
+            "{:?}",
+            r.problems
+        );
+        let inode = read_inode(&dev, 1);
+        assert_eq!((inode.i_mode, inode.i_links_count), (0, 0));
+    }
+
+    #[test]
+    fn illegal_entries_are_cleared_under_one_question() {
+        let dev = image();
+        let sb = read_superblock(&dev).unwrap();
+        set_list(&dev, &[sb.s_blocks_count, u32::MAX]);
+        let r = repair(&dev);
+        assert!(
+            said(&r, "Bad block inode has illegal block(s)."),
+            "{:?}",
+            r.problems
+        );
+        let msg = format!(
+            "Illegal block #0 ({}) in bad block inode.",
+            sb.s_blocks_count
+        );
+        assert!(said(&r, &msg), "{:?}", r.problems);
+        assert_eq!(read_inode(&dev, 1).i_block[..2], [0, 0]);
+    }
+}
