@@ -147,6 +147,8 @@ pub struct Ctx<'a> {
     /// release does at once.
     pub released_blocks: Vec<u32>,
     pub released_inodes: Vec<u32>,
+    /// The bad-block list (inode 1) and what pass 1 made of it.
+    pub bad_blocks: super::badblocks::BadBlocks,
 }
 
 impl<'a> Ctx<'a> {
@@ -188,6 +190,7 @@ impl<'a> Ctx<'a> {
             unsupported: None,
             released_blocks: Vec::new(),
             released_inodes: Vec::new(),
+            bad_blocks: Default::default(),
         }
     }
 

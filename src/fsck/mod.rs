@@ -11,6 +11,7 @@
 //! claimed twice); pass 2 (directory entries); pass 3 (connectivity);
 //! pass 4 (link counts); pass 5 (bitmaps and summary counts).
 
+pub mod badblocks;
 pub mod context;
 pub mod journal;
 pub mod orphan;
@@ -321,10 +322,12 @@ fn run_passes(ctx: &mut Ctx, new_journal: bool) -> io::Result<()> {
     if ctx.problems.mode() != Mode::No {
         orphan::release(ctx)?;
     }
+    badblocks::load(ctx)?;
     pass1::run(ctx)?;
     if ctx.unsupported.is_some() {
         return Ok(());
     }
+    badblocks::relocate(ctx)?;
     super_check::relocate_tables(ctx)?;
     pass1b::run(ctx)?;
     pass2::run(ctx)?;

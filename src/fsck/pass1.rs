@@ -32,6 +32,9 @@ pub fn run(ctx: &mut Ctx) -> io::Result<()> {
 }
 
 fn check_inode(ctx: &mut Ctx, ino: u32) -> io::Result<()> {
+    if super::badblocks::skip_inode(ctx, ino) {
+        return Ok(());
+    }
     let links = ctx.raw_links(ino);
     let mode = ctx.raw_mode(ino);
     let dtime = ctx.raw_dtime(ino);
@@ -363,25 +366,18 @@ fn check_zero_fields(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> bool {
 
 /// Reserved inodes below s_first_ino: in use whatever their link count.
 fn check_reserved(ctx: &mut Ctx, ino: u32, mode: u16) -> io::Result<()> {
+    if ino == rsv::EXT2_BAD_INO {
+        return super::badblocks::check_bad_inode(ctx);
+    }
     ctx.info[ino as usize].used = true;
     let mut inode = ctx.inode(ino);
     let bad_mode = match ino {
         rsv::EXT2_BOOT_LOADER_INO => inode.is_dir(),
         rsv::EXT2_RESIZE_INO => mode != 0 && !inode.is_reg(),
         rsv::EXT2_JOURNAL_INO if ctx.sb.has_compat(feature::COMPAT_HAS_JOURNAL) => false,
-        rsv::EXT2_BAD_INO => false,
         _ => mode != 0,
     };
     let mut dirty = false;
-    if ino == rsv::EXT2_BAD_INO && inode.i_mode != 0 && !inode.is_reg() {
-        if ctx
-            .problems
-            .ask_safe("The bad block inode looks invalid.  ", "Clear")
-        {
-            ctx.write_inode(ino, &Inode::new(ctx.isz, 0));
-        }
-        return Ok(());
-    }
     let unused_journal =
         ino == rsv::EXT2_JOURNAL_INO && !ctx.sb.has_compat(feature::COMPAT_HAS_JOURNAL);
     let quota = matches!(ino, rsv::EXT4_USR_QUOTA_INO | rsv::EXT4_GRP_QUOTA_INO);
@@ -510,7 +506,7 @@ fn check_blocks(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> 
         t.blocks += 1;
     }
     let is_dir = inode.is_dir();
-    if ctx.maps_blocks(inode) || ino == rsv::EXT2_BAD_INO {
+    if ctx.maps_blocks(inode) {
         let resize = ino == rsv::EXT2_RESIZE_INO;
         let mut dir_blocks = Vec::new();
         let changed = walk(ctx, &mut inode.i_block, false, &mut |ctx, blk, claim| {

@@ -6,6 +6,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::io;
 
+use crate::format::inode::{flags, ino::EXT2_BAD_INO};
 use crate::format::GroupNo;
 
 use super::context::Ctx;
@@ -21,6 +22,10 @@ pub fn run(ctx: &mut Ctx) -> io::Result<()> {
     ctx.problems.say("Pass 1C: Scanning directories for inodes with multiply-claimed blocks\nPass 1D: Reconciling multiply-claimed blocks");
     let mut left: HashMap<u32, u32> = claims.clone();
     for (ino, blocks) in &owners {
+        if *ino == EXT2_BAD_INO {
+            // The list keeps its blocks; the files sharing them are cloned.
+            continue;
+        }
         let others: Vec<u32> = owners
             .iter()
             .filter(|(o, b)| *o != ino && b.iter().any(|x| blocks.contains(x)))
@@ -36,7 +41,11 @@ pub fn run(ctx: &mut Ctx) -> io::Result<()> {
             msg.push_str("\t<filesystem metadata>\n");
         }
         for o in &others {
-            msg.push_str(&format!("\tinode #{o}\n"));
+            if *o == EXT2_BAD_INO {
+                msg.push_str("\t<The bad blocks inode> (inode #1)\n");
+            } else {
+                msg.push_str(&format!("\tinode #{o}\n"));
+            }
         }
         if ctx.problems.ask(&msg, "Clone multiply-claimed blocks") {
             clone_file(ctx, *ino, &mut left)?;
@@ -74,7 +83,13 @@ fn find_claimants(ctx: &mut Ctx) -> io::Result<Claims> {
                 *c += 1;
             }
         }
-        if !ctx.maps_blocks(&inode) || ino == crate::format::inode::ino::EXT2_RESIZE_INO {
+        // The bad-block list claims its blocks too (a zeroed inode 1, or
+        // one in extent format that pass 1 left, has nothing to walk).
+        let bad_list = ino == EXT2_BAD_INO
+            && inode.i_flags & (flags::EXT4_EXTENTS_FL | flags::EXT4_INLINE_DATA_FL) == 0;
+        if !bad_list
+            && (!ctx.maps_blocks(&inode) || ino == crate::format::inode::ino::EXT2_RESIZE_INO)
+        {
             continue;
         }
         let mut mine = Vec::new();

@@ -330,6 +330,10 @@ fn check_entry(
         Some(format!("{entry} is a link to '.'  "))
     } else if reserved || target > ctx.sb.s_inodes_count {
         Some(format!("{entry} has bad inode #: {target}.\n"))
+    } else if super::badblocks::inode_is_bad(ctx, target) {
+        Some(format!(
+            "{entry} points to inode ({target}) located in a bad block.\n"
+        ))
     } else if !ctx.info[target as usize].used {
         Some(format!("{entry} has deleted/unused inode {target}.  "))
     } else if position > 1 && name == b"." {
@@ -358,7 +362,10 @@ fn check_entry(
             }
             return;
         }
-        if !ctx.ino_ok(target) || !ctx.info[target as usize].used {
+        if !ctx.ino_ok(target)
+            || !ctx.info[target as usize].used
+            || super::badblocks::inode_is_bad(ctx, target)
+        {
             return;
         }
     }

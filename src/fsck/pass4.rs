@@ -16,7 +16,10 @@ pub fn run(ctx: &mut Ctx) -> io::Result<()> {
         if ino % ctx.ipg() == 0 {
             ctx.progress(4, u64::from(ino), u64::from(total));
         }
-        if (ino < first && ino != EXT2_ROOT_INO) || !ctx.info[ino as usize].used {
+        if (ino < first && ino != EXT2_ROOT_INO)
+            || !ctx.info[ino as usize].used
+            || super::badblocks::inode_is_bad(ctx, ino)
+        {
             continue;
         }
         if ctx.info[ino as usize].counted == 0 && !disconnected(ctx, ino)? {
