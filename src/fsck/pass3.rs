@@ -246,10 +246,12 @@ fn expand_dir(
     ft: u8,
 ) -> io::Result<bool> {
     let lblk = blocks.iter().map(|d| d.lblk + 1).max().unwrap_or(0);
-    let msg = format!("No room in directory inode {dir}.  ");
-    if lblk as usize >= crate::format::indirect::EXT3_NDIR_BLOCKS
-        || !ctx.problems.ask(&msg, "Expand")
-    {
+    let msg = if dir == ctx.lost_found {
+        "No room in lost+found directory.  ".to_string()
+    } else {
+        format!("No room in directory inode {dir}.  ")
+    };
+    if !ctx.problems.ask(&msg, "Expand") {
         return Ok(false);
     }
     let (g, _) = ctx.sb.inode_group(dir);
@@ -263,9 +265,11 @@ fn expand_dir(
     ) {
         return Ok(false);
     }
-    ctx.write_block(blk, &block)?;
     let mut inode = ctx.inode(dir);
-    inode.i_block[lblk as usize] = blk;
+    if !map_new_block(ctx, &mut inode, (lblk, blk), g.0)? {
+        return Ok(false);
+    }
+    ctx.write_block(blk, &block)?;
     inode.i_size = u64::from(lblk + 1) * u64::from(ctx.bs);
     inode.i_blocks += u64::from(ctx.bs / 512);
     ctx.write_inode(dir, &inode);
@@ -275,6 +279,66 @@ fn expand_dir(
         lblk,
     });
     Ok(true)
+}
+
+/// Points logical block `lblk` of `inode` at `blk`, allocating (and
+/// counting in i_blocks) the indirect blocks on the way, as e2fsck's
+/// expand_directory does through ext2fs_bmap. False when no block is free.
+fn map_new_block(
+    ctx: &mut Ctx,
+    inode: &mut Inode,
+    (lblk, blk): (u32, u32),
+    near: u32,
+) -> io::Result<bool> {
+    use crate::format::indirect::{block_to_path, get_ptr, set_ptr};
+    use crate::format::BlockNo;
+    let err = |e: crate::format::FormatError| io::Error::other(e.to_string());
+    let path = block_to_path(ctx.bs, u64::from(lblk)).map_err(err)?;
+    let offsets = path.offsets().to_vec();
+    // The slot in i_block, then a slot in each indirect block below it.
+    let leaf = offsets.len() - 1;
+    if leaf == 0 {
+        inode.i_block[offsets[0] as usize] = blk;
+        return Ok(true);
+    }
+    let mut node = inode.i_block[offsets[0] as usize];
+    if node == 0 {
+        let Some(new) = new_indirect(ctx, near)? else {
+            return Ok(false);
+        };
+        inode.i_block[offsets[0] as usize] = new;
+        inode.i_blocks += u64::from(ctx.bs / 512);
+        node = new;
+    }
+    for (depth, &slot) in offsets.iter().enumerate().skip(1) {
+        let mut buf = ctx.read_block(node)?;
+        if depth == leaf {
+            set_ptr(&mut buf, slot, BlockNo(blk)).map_err(err)?;
+            ctx.write_block(node, &buf)?;
+            return Ok(true);
+        }
+        let mut child = get_ptr(&buf, slot).map_err(err)?.0;
+        if child == 0 {
+            let Some(new) = new_indirect(ctx, near)? else {
+                return Ok(false);
+            };
+            set_ptr(&mut buf, slot, BlockNo(new)).map_err(err)?;
+            ctx.write_block(node, &buf)?;
+            inode.i_blocks += u64::from(ctx.bs / 512);
+            child = new;
+        }
+        node = child;
+    }
+    Ok(true)
+}
+
+/// A zeroed block for a block map.
+fn new_indirect(ctx: &mut Ctx, near: u32) -> io::Result<Option<u32>> {
+    let Some(b) = ctx.alloc_block(near) else {
+        return Ok(None);
+    };
+    ctx.write_block(b, &vec![0u8; ctx.bs as usize])?;
+    Ok(Some(b))
 }
 
 /// Links `ino` into /lost+found as "#ino" (e2fsck's `e2fsck_reconnect_file`).
