@@ -45,6 +45,13 @@ struct Args {
     /// Verbose.
     #[arg(short = 'v')]
     verbose: bool,
+    /// Use the backup superblock at this block (and its group descriptors)
+    /// instead of the primary; the primary is rewritten from it when fixing.
+    #[arg(short = 'b', value_name = "SUPERBLOCK")]
+    superblock: Option<u64>,
+    /// The block size to read the -b superblock with (default: try each).
+    #[arg(short = 'B', value_name = "BLOCKSIZE", requires = "superblock")]
+    blocksize: Option<u32>,
     /// The image file or block device.
     device: PathBuf,
 }
@@ -123,6 +130,7 @@ fn run(args: &Args) -> u8 {
         echo: mode != Mode::Preen || args.verbose,
         progress_fd: args.progress_fd,
         name: name.clone(),
+        superblock: args.superblock.map(|b| (b, args.blocksize)),
     };
     match fsck::check(&dev, &opts) {
         Ok(report) => {

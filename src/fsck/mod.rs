@@ -70,6 +70,9 @@ pub struct FsckOptions {
     pub progress_fd: Option<i32>,
     /// The name messages use for the device.
     pub name: String,
+    /// -b (and -B): the backup superblock to use, at this block number
+    /// (of this block size, or of whichever size reads a superblock there).
+    pub superblock: Option<(u64, Option<u32>)>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -179,7 +182,10 @@ pub fn check(dev: &dyn BlockDevice, opts: &FsckOptions) -> Result<Report, FsckEr
         opts.name.clone()
     };
     let mut problems = Problems::new(opts);
-    let found = super_check::find_superblock(&overlay, &name, &mut problems)?;
+    let found = match opts.superblock {
+        Some(at) => super_check::superblock_at(&overlay, at)?,
+        None => super_check::find_superblock(&overlay, &name, &mut problems)?,
+    };
     check_features(&found.sb)?;
     check_size(&found.sb, dev)?;
     let sb_block = found.backup.unwrap_or(found.sb.s_first_data_block);

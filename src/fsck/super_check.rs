@@ -68,6 +68,36 @@ pub fn find_superblock(
     Err(err)
 }
 
+/// e2fsck's -b: the superblock at block `block` (of `size`, or of the
+/// first block size whose superblock there says it has that size).
+pub fn superblock_at(
+    dev: &dyn BlockDevice,
+    (block, size): (u64, Option<u32>),
+) -> Result<Found, FsckError> {
+    let sizes: Vec<u64> = match size {
+        Some(bs) => vec![u64::from(bs)],
+        None => (0..=6).map(|log| 1024u64 << log).collect(),
+    };
+    for bs in sizes {
+        let mut buf = vec![0u8; SUPERBLOCK_SIZE];
+        let Some(at) = block.checked_mul(bs) else {
+            continue;
+        };
+        if dev.read_at(&mut buf, at).is_err() {
+            continue;
+        }
+        if let Ok(sb) = Superblock::parse(&buf) {
+            if u64::from(sb.block_size()) == bs {
+                let backup = u32::try_from(block).ok();
+                return Ok(Found { sb, backup });
+            }
+        }
+    }
+    Err(FsckError::Abort(format!(
+        "fsck.jbdfs: Bad magic number in super-block while trying to open the superblock at block {block}"
+    )))
+}
+
 /// Where group 1's superblock may be: from the primary's own geometry if
 /// its fields are readable, else mke2fs's defaults for each block size.
 fn backup_candidates(dev: &dyn BlockDevice) -> Vec<(u64, u64)> {
