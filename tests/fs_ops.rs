@@ -381,3 +381,49 @@ fn files_reach_the_ext3_size_limit_and_no_further() {
         e2fsck_clean(&img);
     }
 }
+
+/// `mount -o remount,ro` as ext3 does it: changes are refused, and the
+/// image on disk is clean and complete while still mounted (the log is
+/// empty, needs_recovery clear), so e2fsck -fn passes on it; `remount,rw`
+/// brings writes back, and the unmounted image is clean again.
+#[test]
+fn remount_read_only_leaves_a_clean_image_and_read_write_resumes() {
+    let img = image(64 << 20, 1024);
+    let fs = mount(&img);
+    let (f, _) = fs.mknod(ROOT, b"file", 0o100644, 0, ME).unwrap();
+    let data = pattern(200_000, 3);
+    fs.write(f, 0, &data, true).unwrap();
+    fs.mkdir(ROOT, b"dir", 0o755, ME).unwrap();
+    fs.remount(true).unwrap();
+    assert!(fs.is_read_only());
+    assert!(matches!(fs.write(f, 0, b"x", true), Err(FsError::ReadOnly)));
+    assert!(fs.mknod(ROOT, b"more", 0o100644, 0, ME).is_err());
+    let sb = jbdfs::fs::mount::read_superblock(
+        &FileDevice::open(
+            &img.0,
+            OpenOptions {
+                read_only: true,
+                no_lock: true,
+                ..Default::default()
+            },
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        sb.s_feature_incompat & jbdfs::format::superblock::feature::INCOMPAT_RECOVER,
+        0,
+        "needs_recovery is cleared while read-only"
+    );
+    e2fsck_clean(&img);
+    assert_eq!(fs.read(f, 0, data.len() as u32).unwrap(), data);
+    fs.remount(false).unwrap();
+    assert!(!fs.is_read_only());
+    fs.write(f, 0, b"again", true).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    let fs = mount(&img);
+    assert_eq!(fs.read(f, 0, 5).unwrap(), b"again");
+    fs.unmount().unwrap();
+}

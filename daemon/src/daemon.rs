@@ -310,7 +310,7 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
     // between would find the default action (terminate) in place.
     let serving = session.serving();
     let marks = recorder.zip(cfg.record.clone());
-    let signals = SignalWatcher::start(unmounter, fs.clone(), marks)?;
+    let signals = SignalWatcher::start(unmounter, fs.clone(), marks, cfg.mountpoint.clone())?;
     let stats = StatsWriter::start(fs.clone(), cfg.stats.clone(), serving.to_string());
     // A failure here leaves a kernel that waits for rings: dropping the
     // session unmounts, so that nothing hangs on the mount.
@@ -419,8 +419,8 @@ impl Drop for PidFile {
 }
 
 /// SIGTERM, SIGINT and SIGHUP unmount, which ends the session; SIGUSR1
-/// logs the journal statistics; SIGUSR2 takes mark requests for a
-/// `record=` log. Dropping the watcher stops its thread and joins it, so
+/// logs the journal statistics; SIGUSR2 takes a remount request (see
+/// remount.rs) or mark requests for a `record=` log. Dropping the watcher stops its thread and joins it, so
 /// that the filesystem it holds is let go.
 struct SignalWatcher {
     handle: signal_hook::iterator::Handle,
@@ -432,6 +432,7 @@ impl SignalWatcher {
         mut unmounter: fuser::SessionUnmounter,
         fs: Arc<Filesystem>,
         marks: Option<(Arc<RecordingDevice>, PathBuf)>,
+        mountpoint: PathBuf,
     ) -> anyhow::Result<SignalWatcher> {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
         let mut signals =
@@ -446,6 +447,9 @@ impl SignalWatcher {
                         continue;
                     }
                     if sig == SIGUSR2 {
+                        if crate::remount::serve_request(&fs, &mountpoint) {
+                            continue;
+                        }
                         if let Some((rec, log)) = &marks {
                             take_mark_requests(rec, log);
                         }

@@ -96,6 +96,15 @@ fn main() -> ExitCode {
 fn run(args: Args) -> anyhow::Result<()> {
     let opts = mount_options(&args)?;
     init_logging(opts.debug)?;
+    if opts.remount {
+        let words: Vec<String> = args
+            .options
+            .iter()
+            .flat_map(|o| o.split(','))
+            .map(String::from)
+            .collect();
+        return jbdfs_daemon::remount::request(&args.mountpoint, &words);
+    }
     check_source(&args.source)?;
     check_mountpoint(&args.mountpoint)?;
     // libfuse's rule: debug output is only visible if we do not daemonize.
@@ -107,6 +116,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         ?opts,
         "parsed mount options"
     );
+    let generic = kernel_like_defaults(&opts.generic, running_as_root());
     let cfg = DaemonConfig {
         source: args.source.clone(),
         mountpoint: args.mountpoint.clone(),
@@ -124,8 +134,8 @@ fn run(args: Args) -> anyhow::Result<()> {
                 depth: opts.io_uring_q_depth,
             },
         },
-        allow_other: opts.generic.iter().any(|o| o == "allow_other"),
-        generic: opts.generic.clone(),
+        allow_other: generic.iter().any(|o| o == "allow_other"),
+        generic,
         barrier: opts.barrier,
         commit_secs: opts.commit,
         batching: batching(&opts),
@@ -150,6 +160,35 @@ fn run(args: Args) -> anyhow::Result<()> {
         let raw: Vec<String> = std::env::args().skip(1).collect();
         daemon::daemonize(&raw, &args.mountpoint)
     }
+}
+
+/// Whether the effective user is root: /proc/self belongs to it.
+fn running_as_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
+/// A mount made by root (`mount -t fuse.jbdfs`, fstab) behaves like a
+/// kernel filesystem's, as fuse2fs's kernel mode does: every user may use
+/// it under the permission bits (allow_other, with default_permissions
+/// always on), and setuid files and device nodes work unless nosuid or
+/// nodev says otherwise. A user's own mount keeps FUSE's safer defaults.
+fn kernel_like_defaults(generic: &[String], root: bool) -> Vec<String> {
+    let mut out = generic.to_vec();
+    if !root {
+        return out;
+    }
+    let has = |names: &[&str]| generic.iter().any(|o| names.contains(&o.as_str()));
+    if !has(&["allow_other", "allow_root"]) {
+        out.push("allow_other".into());
+    }
+    if !has(&["suid", "nosuid"]) {
+        out.push("suid".into());
+    }
+    if !has(&["dev", "nodev"]) {
+        out.push("dev".into());
+    }
+    out
 }
 
 /// The journal's batching policy from bdelay= and its parameters.
@@ -186,8 +225,14 @@ fn init_logging(debug: bool) -> anyhow::Result<()> {
             EnvFilter::try_new(&spec).with_context(|| format!("invalid RUST_LOG {spec:?}"))?
         }
         // A mount prints nothing unless something is wrong, as mount(8) users
-        // expect; -o debug (or RUST_LOG) shows the rest.
-        Err(_) => EnvFilter::new(if debug { "debug" } else { "warn" }),
+        // expect; -o debug (or RUST_LOG) shows the rest. fuser warns on every
+        // unmount that it could not unmount what umount(8) already had
+        // (EINVAL): not something wrong.
+        Err(_) => EnvFilter::new(if debug {
+            "debug"
+        } else {
+            "warn,fuser::session=error"
+        }),
     };
     tracing_subscriber::fmt()
         .with_env_filter(filter)

@@ -184,6 +184,9 @@ pub struct MountOptions {
     pub record: Option<PathBuf>,
     /// Log FUSE requests (`-o debug`, `-d`).
     pub debug: bool,
+    /// `-o remount`: change the running mount (see remount.rs), do not
+    /// start a daemon.
+    pub remount: bool,
     /// Open the backing store with O_DIRECT (`-o direct`).
     pub direct_io: bool,
     /// Bypass the kernel's page cache for every open file (`-o direct_io`,
@@ -226,6 +229,7 @@ impl Default for MountOptions {
             stats: None,
             record: None,
             debug: false,
+            remount: false,
             direct_io: false,
             fuse_direct_io: false,
             io_uring: None,
@@ -261,6 +265,12 @@ const GENERIC_VALUED: &[&str] = &["fsname", "subtype"];
 /// Options for mount(8), fstab and systemd, which the kernel must not see.
 const USERSPACE_ONLY: &[&str] = &[
     "defaults", "_netdev", "nofail", "auto", "noauto", "user", "nouser", "users", "comment",
+];
+
+/// The FUSE kernel's own mount options, which mount(8) repeats from
+/// mountinfo on `-o remount`; the kernel sets them, not the daemon.
+const FUSE_KERNEL: &[&str] = &[
+    "user_id", "group_id", "rootmode", "blksize", "max_read", "fd",
 ];
 
 /// SELinux labels: FUSE cannot apply them, and ext3 fstab lines carry them.
@@ -343,6 +353,7 @@ impl MountOptions {
             "stats" => self.stats = Some(text(key, value, "a file path")?.into()),
             "record" => self.record = Some(text(key, value, "a file path")?.into()),
             "debug" => self.debug = flag(key, value)?,
+            "remount" => self.remount = flag(key, value)?,
             "direct" => self.direct_io = flag(key, value)?,
             "direct_io" => self.fuse_direct_io = flag(key, value)?,
             "io_uring" => self.io_uring = Some(flag(key, value)?),
@@ -432,6 +443,7 @@ fn is_ignored(key: &str) -> bool {
     key.starts_with("x-")
         || USERSPACE_ONLY.contains(&key)
         || SELINUX.contains(&key)
+        || FUSE_KERNEL.contains(&key)
         || EXT3_NO_EFFECT.contains(&key)
 }
 

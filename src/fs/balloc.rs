@@ -285,7 +285,7 @@ impl Filesystem {
         count: u32,
         privileged: bool,
     ) -> Result<(BlockNo, u32)> {
-        if self.read_only {
+        if self.mounted_read_only() {
             return Err(FsError::ReadOnly);
         }
         if !self.may_allocate(1, privileged) {
@@ -345,7 +345,7 @@ impl Filesystem {
         }
         let large = blocks >= SPREAD_MIN_BLOCKS;
         if let Some(end) = self.reservations.own_holding(ino.0, goal.0) {
-            if self.read_only {
+            if self.mounted_read_only() {
                 return Err(FsError::ReadOnly);
             }
             if !self.may_allocate(1, privileged) {

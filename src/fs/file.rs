@@ -278,7 +278,7 @@ impl Filesystem {
 
     /// Writes `data` at `offset`, allocating blocks as needed.
     pub fn write(&self, ino: InodeNo, offset: u64, data: &[u8], privileged: bool) -> Result<usize> {
-        if self.read_only {
+        if self.mounted_read_only() {
             return Err(FsError::ReadOnly);
         }
         let end = offset
@@ -649,7 +649,7 @@ impl Filesystem {
     /// commit (the file's data, the batching wait, a commit no one else is
     /// running) still happens on this thread.
     pub fn fsync_then(&self, ino: InodeNo, _datasync: bool, done: FsyncCallback) {
-        if self.read_only {
+        if self.mounted_read_only() {
             return done(Ok(()));
         }
         let written = self.data.drain_inode(ino.0);
@@ -677,7 +677,7 @@ impl Filesystem {
         keep_size: bool,
         privileged: bool,
     ) -> Result<()> {
-        if self.read_only {
+        if self.mounted_read_only() {
             return Err(FsError::ReadOnly);
         }
         let end = offset.checked_add(len).ok_or(FsError::FileTooBig)?;

@@ -72,6 +72,9 @@ pub struct Filesystem {
     pub(crate) group_locks: Vec<Mutex<()>>,
     pub(crate) inodes: super::inode::InodeCache,
     pub(crate) read_only: bool,
+    /// Remounted read-only (`mount -o remount,ro`): the log is empty and
+    /// nothing is written until a remount read-write. [atomic]
+    pub(crate) remounted_ro: std::sync::atomic::AtomicBool,
     pub(crate) block_size: u32,
     pub(crate) groups: u32,
     /// Free blocks and inodes over all groups, kept in step with the
@@ -268,6 +271,7 @@ impl Filesystem {
             inodes: super::inode::InodeCache::default(),
             sb: Mutex::new(sb),
             read_only,
+            remounted_ro: std::sync::atomic::AtomicBool::new(false),
             block_size,
             groups,
             free_blocks: AtomicI64::new(free_blocks),
@@ -322,7 +326,65 @@ impl Filesystem {
 
     /// Mounted read-only, or made so by an error (errors=remount-ro).
     pub fn is_read_only(&self) -> bool {
-        self.read_only || self.errors.is_read_only()
+        self.mounted_read_only() || self.errors.is_read_only()
+    }
+
+    /// Mounted or remounted read-only (not made so by an error).
+    pub(crate) fn mounted_read_only(&self) -> bool {
+        self.read_only || self.remounted_ro.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// `mount -o remount,ro` or `remount,rw`, as ext3_remount does it.
+    /// Read-only: new changes are refused, file data and the superblock
+    /// (marked clean) are committed, the log is checkpointed and emptied,
+    /// and needs_recovery is cleared, so the image is consistent and clean
+    /// while mounted. Read-write: needs_recovery is set again and the
+    /// superblock marked in use. A filesystem mounted read-only, or made so
+    /// by an error, cannot go read-write.
+    pub fn remount(&self, read_only: bool) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        if read_only == self.mounted_read_only() {
+            return Ok(());
+        }
+        if read_only {
+            return self.remount_read_only();
+        }
+        if self.read_only || self.errors.is_read_only() || !self.journal_usable() {
+            return Err(FsError::ReadOnly);
+        }
+        self.sb.lock().s_feature_incompat |= feature::INCOMPAT_RECOVER;
+        self.write_superblock_direct()?;
+        self.journal.thaw();
+        self.remounted_ro.store(false, Ordering::Release);
+        self.mark_mounted()
+    }
+
+    fn remount_read_only(&self) -> Result<()> {
+        use std::sync::atomic::Ordering;
+        self.remounted_ro.store(true, Ordering::Release);
+        let done = (|| {
+            self.data.drain();
+            if let Some(e) = self.data.take_error() {
+                return Err(FsError::from(e));
+            }
+            self.sb.lock().s_state |= sbm::EXT2_VALID_FS;
+            let mut h = self.journal.start(1)?;
+            self.write_superblock(&mut h)?;
+            h.stop()?;
+            self.journal.freeze_read_only()?;
+            self.sb.lock().s_feature_incompat &= !feature::INCOMPAT_RECOVER;
+            self.write_superblock_direct()
+        })();
+        if done.is_err() {
+            self.journal.thaw();
+            self.remounted_ro.store(false, Ordering::Release);
+        }
+        done
+    }
+
+    /// Whether the journal can take handles (not aborted by an error).
+    fn journal_usable(&self) -> bool {
+        !self.journal.is_aborted()
     }
 
     pub fn block_size(&self) -> u32 {

@@ -164,6 +164,9 @@ pub struct Journal {
     /// new handles get EROFS. Atomic so that an I/O error path holding
     /// cache locks can abort without taking the state lock. [atomic]
     pub(super) aborted: AtomicBool,
+    /// Remounted read-only: new handles get EROFS until it is cleared; the
+    /// log was committed and checkpointed when it was set. [atomic]
+    pub(super) read_only: AtomicBool,
     /// Bytes of frozen copies data=journal allows (0: an eighth of the
     /// cache). [atomic]
     pub(super) copy_budget: AtomicUsize,
@@ -205,6 +208,7 @@ impl Journal {
             sync_waiters: AtomicU64::new(0),
             flush_hook: OnceLock::new(),
             aborted: AtomicBool::new(false),
+            read_only: AtomicBool::new(false),
             copy_budget: AtomicUsize::new(0),
         }
     }
@@ -270,6 +274,27 @@ impl Journal {
         self.state.lock().shutdown = true;
         self.commit_wake.notify_all();
         Ok(())
+    }
+
+    /// For a remount read-only: refuses new handles, then commits what
+    /// runs and checkpoints everything, so that the log is empty and every
+    /// block is home (ext3_remount's journal flush).
+    pub fn freeze_read_only(&self) -> io::Result<()> {
+        self.read_only.store(true, Ordering::Release);
+        if !self.logging() {
+            return self.cache.sync_all();
+        }
+        let done = self.commit_running().and_then(|()| self.checkpoint_all());
+        if done.is_err() {
+            self.read_only.store(false, Ordering::Release);
+        }
+        done
+    }
+
+    /// Back to read-write after [`Journal::freeze_read_only`].
+    pub fn thaw(&self) {
+        self.read_only.store(false, Ordering::Release);
+        self.wake.notify_all();
     }
 
     /// Aborts the journal (jbd's journal_abort): the running transaction

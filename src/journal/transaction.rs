@@ -106,7 +106,8 @@ impl Journal {
             ));
         }
         loop {
-            if self.is_aborted() || st.error.is_some() {
+            let frozen = self.read_only.load(Ordering::Acquire);
+            if frozen || self.is_aborted() || st.error.is_some() {
                 return Err(Self::read_only_error());
             }
             if st.locked {

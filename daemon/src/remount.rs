@@ -1,0 +1,348 @@
+//! `mount -o remount,ro|rw DIR` for a fuse.jbdfs mount.
+//!
+//! The kernel does not tell a FUSE daemon about a remount, and mount(8)
+//! hands `-o remount` to the mount helper (mount.fuse3 runs `jbdfs SOURCE
+//! DIR -o remount,...`), which must not start a second daemon. So that
+//! invocation asks the daemon serving DIR to change (a request file beside
+//! its pid file, then SIGUSR2), waits for its answer, and makes the
+//! kernel's remount(2) itself:
+//! - read-only: the kernel first (it writes dirty pages back and refuses
+//!   new writes), then the daemon (commit, checkpoint, needs_recovery
+//!   cleared: the image is clean while mounted, as ext3's remount,ro);
+//! - read-write: the daemon first, then the kernel.
+//!
+//! Only the read-only/read-write state and the per-mount flags (nosuid,
+//! nodev, noexec, the atime flags) change; the journal's options (data=,
+//! commit=, barrier, bdelay) keep the values they were mounted with, and a
+//! remount that asks to change them is refused naming them.
+
+use std::ffi::CString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use jbdfs::fs::Filesystem;
+
+use crate::daemon::pid_file_path;
+
+/// How long the helper waits for the daemon's answer.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
+
+/// The request file of the daemon serving `mountpoint`: one line, `ro` or
+/// `rw`. The daemon answers in [`answer_path`] and removes the request.
+pub fn request_path(mountpoint: &Path) -> PathBuf {
+    pid_file_path(mountpoint).with_extension("remount")
+}
+
+/// The daemon's answer: `ok`, or the reason it refused.
+pub fn answer_path(mountpoint: &Path) -> PathBuf {
+    pid_file_path(mountpoint).with_extension("remount-done")
+}
+
+/// Options a remount may carry without changing anything jbdfs keeps
+/// fixed while mounted: the state, per-mount flags, and what fstab and
+/// mount(8) add (`defaults`, x-*, the source's own options repeated).
+fn check_changeable(requested: &[String], mounted_with: &[String]) -> anyhow::Result<()> {
+    const FIXED: &[&str] = &[
+        "data",
+        "commit",
+        "barrier",
+        "nobarrier",
+        "bdelay",
+        "hz",
+        "min_batch_time",
+        "max_batch_time",
+        "errors",
+        "cache_size",
+        "threads",
+        "direct",
+        "direct_io",
+        "io_uring",
+        "noio_uring",
+        "io_uring_q_depth",
+        "record",
+        "devsim",
+        "stats",
+        "max_map",
+    ];
+    let fixed: Vec<&String> = requested
+        .iter()
+        .filter(|o| FIXED.contains(&o.split('=').next().unwrap_or_default()))
+        .filter(|o| !mounted_with.contains(o))
+        .collect();
+    if fixed.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<&str> = fixed.iter().map(|s| s.as_str()).collect();
+    bail!(
+        "remount cannot change {} while mounted (unmount and mount again)",
+        names.join(", ")
+    )
+}
+
+/// The helper's side: asks the daemon serving `mountpoint`, and remounts
+/// in the kernel. `options` are the -o words, `remount` among them.
+pub fn request(mountpoint: &Path, options: &[String]) -> anyhow::Result<()> {
+    let target = std::fs::canonicalize(mountpoint)
+        .with_context(|| format!("{}: no such mount point", mountpoint.display()))?;
+    let mount = MountEntry::find(&target)?;
+    check_changeable(options, &mount.super_options)?;
+    let read_only = match options.iter().rev().find(|o| *o == "ro" || *o == "rw") {
+        Some(o) => o == "ro",
+        None => mount.read_only(),
+    };
+    let flags = mount.remount_flags(options, read_only);
+    if read_only {
+        kernel_remount(&target, flags)?;
+        ask_daemon(&target, "ro")
+    } else {
+        ask_daemon(&target, "rw")?;
+        kernel_remount(&target, flags)
+    }
+}
+
+fn ask_daemon(target: &Path, state: &str) -> anyhow::Result<()> {
+    let pid = daemon_pid(target)?;
+    let request = request_path(target);
+    let answer = answer_path(target);
+    let _ = std::fs::remove_file(&answer);
+    std::fs::write(&request, format!("{state}\n"))
+        .with_context(|| format!("{}: cannot ask the daemon", request.display()))?;
+    signal_usr2(pid)?;
+    let start = Instant::now();
+    while start.elapsed() < ANSWER_TIMEOUT {
+        if let Ok(text) = std::fs::read_to_string(&answer) {
+            let _ = std::fs::remove_file(&answer);
+            let text = text.trim();
+            return match text {
+                "ok" => Ok(()),
+                why => Err(anyhow!("{}: {why}", target.display())),
+            };
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let _ = std::fs::remove_file(&request);
+    bail!(
+        "{}: the jbdfs daemon (pid {pid}) did not answer the remount",
+        target.display()
+    )
+}
+
+fn daemon_pid(target: &Path) -> anyhow::Result<i32> {
+    let path = pid_file_path(target);
+    let text = std::fs::read_to_string(&path).with_context(|| {
+        format!(
+            "{}: not served by a jbdfs daemon ({} is missing)",
+            target.display(),
+            path.display()
+        )
+    })?;
+    text.trim()
+        .parse()
+        .with_context(|| format!("{}: not a pid", path.display()))
+}
+
+fn signal_usr2(pid: i32) -> anyhow::Result<()> {
+    // SAFETY: kill(2) takes plain integers and touches no memory of ours.
+    let rc = unsafe { libc::kill(pid, libc::SIGUSR2) };
+    if rc != 0 {
+        bail!(
+            "cannot signal the jbdfs daemon (pid {pid}): {}",
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+fn kernel_remount(target: &Path, flags: libc::c_ulong) -> anyhow::Result<()> {
+    let c_target = CString::new(target.as_os_str().as_encoded_bytes())
+        .map_err(|_| anyhow!("{}: a NUL in the path", target.display()))?;
+    // SAFETY: the target is a NUL-terminated string that outlives the
+    // call; a remount takes no source, type or data (null is allowed).
+    let rc = unsafe {
+        libc::mount(
+            std::ptr::null(),
+            c_target.as_ptr(),
+            std::ptr::null(),
+            flags,
+            std::ptr::null(),
+        )
+    };
+    if rc != 0 {
+        bail!(
+            "{}: remount: {}",
+            target.display(),
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(())
+}
+
+/// The mount on a target, from /proc/self/mountinfo.
+struct MountEntry {
+    mount_options: Vec<String>,
+    super_options: Vec<String>,
+}
+
+impl MountEntry {
+    fn find(target: &Path) -> anyhow::Result<MountEntry> {
+        let info = std::fs::read_to_string("/proc/self/mountinfo")?;
+        let want = target.to_string_lossy();
+        // The last line for a target is the mount on top.
+        info.lines()
+            .rev()
+            .filter_map(parse_mountinfo_line)
+            .find(|(t, fstype, _, _)| *t == want && fstype == "fuse.jbdfs")
+            .map(|(_, _, mount_options, super_options)| MountEntry {
+                mount_options,
+                super_options,
+            })
+            .ok_or_else(|| anyhow!("{want}: not a fuse.jbdfs mount"))
+    }
+
+    fn read_only(&self) -> bool {
+        self.mount_options.iter().any(|o| o == "ro")
+    }
+
+    /// MS_REMOUNT with the per-mount flags kept unless `options` change
+    /// them: a remount(2) sets the mount's flags to exactly those given.
+    fn remount_flags(&self, options: &[String], read_only: bool) -> libc::c_ulong {
+        let mut flags = libc::MS_REMOUNT;
+        if read_only {
+            flags |= libc::MS_RDONLY;
+        }
+        const PAIRS: &[(&str, &str, libc::c_ulong)] = &[
+            ("nosuid", "suid", libc::MS_NOSUID),
+            ("nodev", "dev", libc::MS_NODEV),
+            ("noexec", "exec", libc::MS_NOEXEC),
+            ("noatime", "atime", libc::MS_NOATIME),
+            ("nodiratime", "diratime", libc::MS_NODIRATIME),
+            ("relatime", "norelatime", libc::MS_RELATIME),
+            ("strictatime", "nostrictatime", libc::MS_STRICTATIME),
+        ];
+        for &(on, off, bit) in PAIRS {
+            let said = options.iter().rev().find(|o| *o == on || *o == off);
+            let set = match said {
+                Some(o) => o == on,
+                None => self.mount_options.iter().any(|o| o == on),
+            };
+            if set {
+                flags |= bit;
+            }
+        }
+        flags
+    }
+}
+
+/// (target, fstype, mount options, super options) of a mountinfo line.
+fn parse_mountinfo_line(line: &str) -> Option<(String, String, Vec<String>, Vec<String>)> {
+    let (left, right) = line.split_once(" - ")?;
+    let l: Vec<&str> = left.split(' ').collect();
+    let r: Vec<&str> = right.split(' ').collect();
+    let split = |s: &str| s.split(',').map(String::from).collect();
+    Some((
+        unmangle(l.get(4)?),
+        r.first()?.to_string(),
+        split(l.get(5)?),
+        split(r.get(2).unwrap_or(&"")),
+    ))
+}
+
+/// mountinfo's octal escapes (\040 for a space, ...).
+fn unmangle(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        let octal = b
+            .get(i + 1..i + 4)
+            .filter(|d| d.iter().all(|c| (b'0'..=b'7').contains(c)));
+        match (b[i], octal) {
+            (b'\\', Some(d)) => {
+                out.push((d[0] - b'0') * 64 + (d[1] - b'0') * 8 + (d[2] - b'0'));
+                i += 4;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The daemon's side, on SIGUSR2: serves a pending remount request, if
+/// any. Returns whether there was one.
+pub fn serve_request(fs: &Arc<Filesystem>, mountpoint: &Path) -> bool {
+    let request = request_path(mountpoint);
+    let Ok(text) = std::fs::read_to_string(&request) else {
+        return false;
+    };
+    let _ = std::fs::remove_file(&request);
+    let answer = match text.trim() {
+        "ro" | "rw" => {
+            let read_only = text.trim() == "ro";
+            match fs.remount(read_only) {
+                Ok(()) => {
+                    tracing::info!(read_only, "remounted");
+                    "ok".to_string()
+                }
+                Err(e) => {
+                    tracing::error!(read_only, "remount failed: {e}");
+                    format!("remount failed: {e}")
+                }
+            }
+        }
+        other => format!("unknown remount request {other:?}"),
+    };
+    if let Err(e) = std::fs::write(answer_path(mountpoint), format!("{answer}\n")) {
+        tracing::error!("cannot answer the remount request: {e}");
+    }
+    true
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn words(s: &str) -> Vec<String> {
+        s.split(',').map(String::from).collect()
+    }
+
+    #[test]
+    fn mountinfo_lines_parse_with_escapes() {
+        let line = "36 35 0:40 / /mnt/a\\040b rw,nosuid,relatime shared:1 - fuse.jbdfs /img rw,user_id=0,group_id=0";
+        let (t, ty, mo, so) = parse_mountinfo_line(line).unwrap();
+        assert_eq!(t, "/mnt/a b");
+        assert_eq!(ty, "fuse.jbdfs");
+        assert_eq!(mo, words("rw,nosuid,relatime"));
+        assert_eq!(so, words("rw,user_id=0,group_id=0"));
+    }
+
+    #[test]
+    fn remount_keeps_per_mount_flags_unless_told() {
+        let m = MountEntry {
+            mount_options: words("rw,nosuid,nodev,relatime"),
+            super_options: Vec::new(),
+        };
+        let f = m.remount_flags(&words("remount,ro"), true);
+        assert_eq!(
+            f,
+            libc::MS_REMOUNT
+                | libc::MS_RDONLY
+                | libc::MS_NOSUID
+                | libc::MS_NODEV
+                | libc::MS_RELATIME
+        );
+        let f = m.remount_flags(&words("remount,rw,suid"), false);
+        assert_eq!(f, libc::MS_REMOUNT | libc::MS_NODEV | libc::MS_RELATIME);
+    }
+
+    #[test]
+    fn journal_options_cannot_change_on_remount() {
+        assert!(check_changeable(&words("remount,ro,nosuid,defaults"), &[]).is_ok());
+        let e = check_changeable(&words("remount,data=journal,commit=9"), &[]).unwrap_err();
+        assert!(e.to_string().contains("data=journal, commit=9"), "{e}");
+    }
+}

@@ -1,0 +1,178 @@
+//! A root mount behaves like the kernel's ext3 (issue 18, "mounts as the
+//! kernel's"): other users work under the permission bits, setuid and
+//! device nodes are allowed unless nosuid/nodev say otherwise, a mount
+//! says nothing when all is well, and `mount -o remount,ro|rw` works
+//! through the helper mount(8) runs (`jbdfs SOURCE DIR -o remount,...`),
+//! leaving the image clean while read-only.
+
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::Duration;
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod daemon_common;
+
+use daemon_common::Daemon;
+
+fn can_mount(test: &str) -> bool {
+    let Some(why) = daemon_common::cannot_fuse() else {
+        return true;
+    };
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: CI is set but FUSE tests cannot run: {why}");
+    }
+    eprintln!("SKIP {test}: {why} (FUSE tests need root and /dev/fuse)");
+    false
+}
+
+fn image_and_dir(tag: &str) -> (common::TempImage, common::TempDir) {
+    let img = common::jbdfs_image_with(tag, Default::default(), 64 << 20);
+    let dir = common::TempDir::new(tag);
+    std::fs::create_dir(dir.path.join("mnt")).unwrap();
+    (img, dir)
+}
+
+/// (mount options, super options) of the mount on `dir`.
+fn mount_options(dir: &Path) -> (Vec<String>, Vec<String>) {
+    let canon = std::fs::canonicalize(dir).unwrap();
+    let info = std::fs::read_to_string("/proc/self/mountinfo").unwrap();
+    let line = info
+        .lines()
+        .rev()
+        .find(|l| l.split(' ').nth(4) == Some(canon.to_str().unwrap()))
+        .unwrap_or_else(|| panic!("{} is not mounted", canon.display()));
+    let (left, right) = line.split_once(" - ").unwrap();
+    let words = |s: &str| s.split(',').map(String::from).collect::<Vec<_>>();
+    (
+        words(left.split(' ').nth(5).unwrap()),
+        words(right.split(' ').nth(2).unwrap()),
+    )
+}
+
+/// Runs a shell command as nobody.
+fn as_nobody(script: &str) -> Output {
+    Command::new("setpriv")
+        .args([
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            "sh",
+            "-c",
+        ])
+        .arg(script)
+        .output()
+        .expect("setpriv (util-linux)")
+}
+
+/// What mount.fuse3 runs for `mount -o OPTS DIR` on a fuse.jbdfs mount.
+fn helper(image: &Path, dir: &Path, opts: &str) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_jbdfs"))
+        .arg(image)
+        .arg(dir)
+        .args(["-o", opts])
+        .env_remove("RUST_LOG")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn a_root_mount_lets_other_users_in_and_allows_suid_and_devices() {
+    let test = "a_root_mount_lets_other_users_in_and_allows_suid_and_devices";
+    if !can_mount(test) {
+        return;
+    }
+    let (img, dir) = image_and_dir("kmount-root");
+    let mnt = dir.path.join("mnt");
+    let d = Daemon::start(&img.path, &mnt, "", Duration::from_secs(30)).unwrap();
+    let (mount, sup) = mount_options(&mnt);
+    assert!(sup.iter().any(|o| o == "allow_other"), "{sup:?}");
+    assert!(sup.iter().any(|o| o == "default_permissions"), "{sup:?}");
+    assert!(
+        !mount.iter().any(|o| o == "nosuid" || o == "nodev"),
+        "{mount:?}"
+    );
+    std::fs::write(mnt.join("readable"), b"for everyone\n").unwrap();
+    std::fs::create_dir(mnt.join("open")).unwrap();
+    Command::new("chmod")
+        .arg("1777")
+        .arg(mnt.join("open"))
+        .status()
+        .unwrap();
+    let m = mnt.display();
+    let out = as_nobody(&format!(
+        "cat {m}/readable && touch {m}/open/mine && ! echo x 2>/dev/null >{m}/readable"
+    ));
+    assert!(
+        out.status.success(),
+        "nobody: {}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "for everyone\n");
+    let exited = d.stop();
+    assert!(exited.status.success(), "{exited:?}");
+    assert_eq!(exited.stderr, "", "a mount says nothing when all is well");
+    common::assert_e2fsck_clean(&img.path, "after other users worked in it");
+
+    let d = Daemon::start(&img.path, &mnt, "nosuid,nodev", Duration::from_secs(30)).unwrap();
+    let (mount, _) = mount_options(&mnt);
+    assert!(mount.iter().any(|o| o == "nosuid"), "{mount:?}");
+    assert!(mount.iter().any(|o| o == "nodev"), "{mount:?}");
+    d.stop();
+}
+
+#[test]
+fn remount_read_only_and_back_through_the_mount_helper() {
+    let test = "remount_read_only_and_back_through_the_mount_helper";
+    if !can_mount(test) {
+        return;
+    }
+    let (img, dir) = image_and_dir("kmount-remount");
+    let mnt = dir.path.join("mnt");
+    let d = Daemon::start(&img.path, &mnt, "nosuid", Duration::from_secs(30)).unwrap();
+    let data: Vec<u8> = (0..500_000u32).map(|i| (i % 251) as u8).collect();
+    std::fs::write(mnt.join("file"), &data).unwrap();
+    std::fs::create_dir(mnt.join("dir")).unwrap();
+
+    let out = helper(&img.path, &mnt, "remount,ro");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (mount, _) = mount_options(&mnt);
+    assert!(mount.iter().any(|o| o == "ro"), "{mount:?}");
+    assert!(
+        mount.iter().any(|o| o == "nosuid"),
+        "nosuid kept: {mount:?}"
+    );
+    let err = std::fs::write(mnt.join("new"), b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    // Read-only means the image is whole and clean, though still mounted.
+    common::assert_e2fsck_clean(&img.path, "while remounted read-only");
+    assert_eq!(std::fs::read(mnt.join("file")).unwrap(), data);
+
+    let out = helper(&img.path, &mnt, "remount,data=journal");
+    assert!(!out.status.success(), "data= cannot change on remount");
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("data=journal"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    let out = helper(&img.path, &mnt, "remount,rw");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (mount, _) = mount_options(&mnt);
+    assert!(mount.iter().any(|o| o == "rw"), "{mount:?}");
+    std::fs::write(mnt.join("new"), b"after rw").unwrap();
+    let exited = d.stop();
+    assert!(exited.status.success(), "{exited:?}");
+    common::assert_e2fsck_clean(&img.path, "after remount,rw and unmount");
+    let listing = common::debugfs(&img.path, "ls -l /");
+    assert!(listing.stdout.contains("new"), "{}", listing.stdout);
+}
