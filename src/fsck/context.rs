@@ -144,6 +144,8 @@ pub struct Ctx<'a> {
     /// release does at once.
     pub released_blocks: Vec<u32>,
     pub released_inodes: Vec<u32>,
+    /// The htree checks' findings (htree.rs).
+    pub htree: super::htree::Htree,
 }
 
 impl<'a> Ctx<'a> {
@@ -184,6 +186,7 @@ impl<'a> Ctx<'a> {
             large_files: 0,
             released_blocks: Vec::new(),
             released_inodes: Vec::new(),
+            htree: Default::default(),
         }
     }
 

@@ -12,6 +12,7 @@
 //! pass 4 (link counts); pass 5 (bitmaps and summary counts).
 
 pub mod context;
+pub mod htree;
 pub mod journal;
 pub mod orphan;
 pub mod pass1;
@@ -281,6 +282,7 @@ fn run_passes(ctx: &mut Ctx, new_journal: bool) -> io::Result<()> {
     pass1b::run(ctx)?;
     pass2::run(ctx)?;
     pass3::run(ctx)?;
+    htree::pass3a(ctx)?;
     pass4::run(ctx)?;
     if new_journal {
         journal::recreate(ctx)?;
