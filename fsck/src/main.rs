@@ -45,6 +45,10 @@ struct Args {
     /// Verbose.
     #[arg(short = 'v')]
     verbose: bool,
+    /// Optimize directories: rebuild each one, indexed where dir_index
+    /// allows, its names sorted and packed.
+    #[arg(short = 'D')]
+    optimize: bool,
     /// The image file or block device.
     device: PathBuf,
 }
@@ -78,6 +82,10 @@ fn run(args: &Args) -> u8 {
     if modes.iter().filter(|&&m| m).count() > 1 {
         eprintln!("fsck.jbdfs: only one of the options -p/-a, -n or -y may be specified.");
         return exit::USAGE;
+    }
+    if args.no && args.optimize {
+        eprintln!("fsck.jbdfs: The -n and -D options are incompatible.");
+        return exit::ERROR;
     }
     let mode = if args.yes {
         Mode::Yes
@@ -123,6 +131,7 @@ fn run(args: &Args) -> u8 {
         echo: mode != Mode::Preen || args.verbose,
         progress_fd: args.progress_fd,
         name: name.clone(),
+        compress_dirs: args.optimize,
     };
     match fsck::check(&dev, &opts) {
         Ok(report) => {

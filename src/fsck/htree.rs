@@ -124,9 +124,9 @@ fn rehash_later(ctx: &mut Ctx, ino: u32) {
         .insert(ino);
 }
 
-/// e2fsck's `e2fsck_dir_will_be_rehashed`.
+/// e2fsck's `e2fsck_dir_will_be_rehashed`: every directory with -D.
 fn will_be_rehashed(ctx: &Ctx, ino: u32) -> bool {
-    ctx.htree.rehash.as_ref().is_some_and(|l| l.contains(&ino))
+    ctx.opts.compress_dirs || ctx.htree.rehash.as_ref().is_some_and(|l| l.contains(&ino))
 }
 
 /// e2fsck's `clear_htree`: drops EXT2_INDEX_FL (the blocks already read as
@@ -674,9 +674,17 @@ fn scan_for(ctx: &mut Ctx, dir: u32, ino: u32) -> (u32, Option<String>) {
 // ---------------------------------------------------------------------------
 
 /// e2fsck's `e2fsck_rehash_directories`: rebuilds each directory whose
-/// index was cleared (with -n, only the header is printed).
+/// index was cleared, or every directory with -D (with -n, only the header
+/// is printed).
 pub fn pass3a(ctx: &mut Ctx) -> io::Result<()> {
-    let Some(list) = ctx.htree.rehash.take() else {
+    let list = ctx.htree.rehash.take();
+    let list: Vec<u32> = if ctx.opts.compress_dirs {
+        (1..=ctx.sb.s_inodes_count)
+            .filter(|&i| ctx.info[i as usize].is_dir())
+            .collect()
+    } else if let Some(list) = list {
+        list.into_iter().collect()
+    } else {
         return Ok(());
     };
     let mut first = true;
@@ -1025,9 +1033,7 @@ fn rehash_dir(ctx: &mut Ctx, ino: u32) -> io::Result<()> {
         inode.i_flags &= !EXT2_INDEX_FL;
     }
     inode.i_size = keep * bs as u64;
-    if keep < blocks.len() as u64 {
-        truncate(ctx, ino, &mut inode, keep)?;
-    }
+    truncate(ctx, ino, &mut inode, keep)?;
     ctx.write_inode(ino, &inode);
     Ok(())
 }
@@ -1142,8 +1148,12 @@ fn truncate(ctx: &mut Ctx, ino: u32, inode: &mut Inode, keep: u64) -> io::Result
         ctx,
         &mut inode.i_block,
         true,
-        &mut |_, _, claim| match claim {
+        &mut |ctx, blk, claim| match claim {
             Claim::Data(l) if l >= keep => Act::Clear,
+            // An indirect block that maps nothing goes too.
+            Claim::Ind(_) if ctx.read_block(blk).is_ok_and(|b| b.iter().all(|&x| x == 0)) => {
+                Act::Clear
+            }
             _ => Act::Keep,
         },
     )?;
@@ -1319,6 +1329,25 @@ mod tests {
         assert!(snap == dev.snapshot());
         let r = run(&dev, Mode::Yes);
         assert_eq!(r.exit_code(), 0, "{:?}", r.problems);
+    }
+
+    #[test]
+    fn dash_d_indexes_a_linear_directory_without_calling_it_a_fix() {
+        let (dev, d) = image_with_dir(400, 20);
+        let before = names(&dev, d);
+        assert_eq!(read_inode(&dev, d).i_flags & EXT2_INDEX_FL, 0);
+        let opts = FsckOptions {
+            mode: Mode::Yes,
+            force: true,
+            compress_dirs: true,
+            ..Default::default()
+        };
+        let r = check(&dev, &opts).unwrap();
+        assert_eq!(r.exit_code(), 0, "{:?}", r.problems);
+        assert_ne!(read_inode(&dev, d).i_flags & EXT2_INDEX_FL, 0);
+        assert_eq!(names(&dev, d), before);
+        let r = run(&dev, Mode::No);
+        assert!(r.problems.is_empty(), "{:?}", r.problems);
     }
 
     #[test]

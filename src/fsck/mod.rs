@@ -70,6 +70,8 @@ pub struct FsckOptions {
     pub progress_fd: Option<i32>,
     /// The name messages use for the device.
     pub name: String,
+    /// -D: rebuild every directory in pass 3A (e2fsck's -D).
+    pub compress_dirs: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
