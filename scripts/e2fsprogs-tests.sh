@@ -37,8 +37,8 @@
 # the "no debugfs" guard, with HTREE=y as e2fsprogs' test_one sets it) are
 # run too; expect.0 (PASS_ZERO) is not compared, so AFTER_CMD is not run.
 # Scripts that build their image with mke2fs/debugfs, call the checker
-# themselves, or pass options fsck.jbdfs lacks (-D, -E, -j; fsck.jbdfs
-# takes -n -p -a -y -f -v -b) are "skipped (custom script)", with the reason.
+# themselves, or pass options fsck.jbdfs lacks (-E, -j; fsck.jbdfs
+# takes -n -p -a -y -f -v -b -D) are "skipped (custom script)", with the reason.
 #
 # Classes, from the image's features after PREP_CMD (`dumpe2fs -h`; when the
 # primary superblock does not open, its raw feature words if its magic is
@@ -366,7 +366,7 @@ run_case() {
     label="$([ $scripted -eq 1 ] && echo "scripted" || echo "default")"
     local bad_opts
     # shellcheck disable=SC2086 # word lists, as run_e2fsck uses them
-    bad_opts="$(printf '%s\n' $FSCK_OPT $SECOND_FSCK_OPT | grep -v -E '^-[npayfv]*(b[0-9]+)?$' | sort -u | tr '\n' ' ')"
+    bad_opts="$(printf '%s\n' $FSCK_OPT $SECOND_FSCK_OPT | grep -v -E '^-[npayfvD]*(b[0-9]+)?$' | sort -u | tr '\n' ' ')"
     if [ -n "$bad_opts" ]; then
         record "$name" skipped - - - "skipped (custom script)" "e2fsck options fsck.jbdfs lacks: ${bad_opts% }"
         return

@@ -10,7 +10,8 @@
 # with debugfs (directories, small and indirect-mapped files, symlinks, a
 # fifo, a hard link, an extended attribute); each damage is made with
 # debugfs (sif, clri, freeb, setb, freei, seti, ssv, set_bg, unlink, link,
-# kill_file, jo/jw/jc) or by poking bytes with dd. For each image:
+# kill_file, jo/jw/jc) or by poking bytes with dd; the htree-* images add
+# a directory that e2fsck -D indexes, then damage its index. For each image:
 #   - fsck-jbdfs -fn and e2fsck -fn agree on clean (0) against damaged;
 #   - fsck-jbdfs -fn changes no byte;
 #   - fsck-jbdfs -fy exits 1 (or 0 where e2fsck -fy does too: replaying
@@ -102,7 +103,9 @@ ssv-inodes-count ssv-state-error set_bg-free-blocks set_bg-free-inodes set_bg-di
 set_bg-block-bitmap set_bg-inode-bitmap set_bg-inode-table unlink-file unlink-dir link-extra
 kill_file kill_file-dir dir-rec_len dir-bad-inode dir-no-dot dir-no-dotdot dir-garbage
 ind-garbage ea-refcount bitmap-padding clri-journal sif-journal-mode sif-journal-ind jsb-magic jsb-first jsb-blocksize journal-pending
-journal-bad-commit journal-bad-tag truncated not-ext3"
+journal-bad-commit journal-bad-tag htree-indexed htree-hash-order htree-bad-limit htree-bad-count
+htree-bad-block htree-leaf-swap htree-hash-version htree-depth htree-incompat htree-no-dir-index
+truncated not-ext3"
 
 damage() {
     local name="$1" base="$2" out="$3" bs b ino t
@@ -174,6 +177,7 @@ damage() {
         jsb-blocksize) b="$(bmap "$out" '<8>' 0)"; poke "$out" $((b * bs + 12)) "$(be32 512)" ;;
         journal-pending|journal-bad-commit|journal-bad-tag)
             journal_damage "$name" "$out" "$bs" ;;
+        htree-*) htree_damage "$name" "$out" "$bs" ;;
         truncated) truncate -s $(( $(stat -c %s "$out") / 2 )) "$out" ;;
         not-ext3) head -c 4M /dev/urandom >"$out" ;;
         *) return 2 ;;
@@ -199,6 +203,33 @@ journal_damage() {
             jb="$(bmap "$out" '<8>' 1)"; poke "$out" $((jb * bs + 12)) "$(be32 4000000000)" ;;
     esac
     : "$j0"
+}
+
+# An indexed directory h (400 names; e2fsck -D builds its index), then
+# damage to its root block: dx_root_info at +24, the countlimit at +32,
+# entry i's hash and block at +32+8i and +36+8i.
+htree_damage() {
+    local name="$1" out="$2" bs="$3" r e1 e2
+    { echo "mkdir h"; for i in $(seq 1 400); do echo "write /dev/null h/an-indexed-name-$i"; done; } |
+        debugfs -w -f - "$out" >/dev/null 2>&1
+    e2fsck -fyD "$out" >/dev/null 2>&1
+    dq "$out" "stat h" | grep -q 'Flags: 0x1000' || return 1
+    r=$(( $(bmap "$out" h 0) * bs ))
+    case "$name" in
+        htree-indexed) ;;
+        htree-hash-order) poke "$out" $((r + 48)) "$(le32 16)" ;;
+        htree-bad-limit) poke "$out" $((r + 32)) "$(le16 511)" ;;
+        htree-bad-count) poke "$out" $((r + 34)) "$(le16 $(( (bs - 32) / 8 + 3 )))" ;;
+        htree-bad-block) poke "$out" $((r + 44)) "$(le32 60000)" ;;
+        htree-leaf-swap)
+            e1=$(od -An -tu4 -j $((r + 44)) -N 4 "$out" | tr -d ' ')
+            e2=$(od -An -tu4 -j $((r + 52)) -N 4 "$out" | tr -d ' ')
+            poke "$out" $((r + 44)) "$(le32 "$e2")"; poke "$out" $((r + 52)) "$(le32 "$e1")" ;;
+        htree-hash-version) poke "$out" $((r + 28)) "f0" ;;
+        htree-depth) poke "$out" $((r + 30)) "08" ;;
+        htree-incompat) poke "$out" $((r + 31)) "01" ;;
+        htree-no-dir-index) dbg "$out" "feature -dir_index" ;;
+    esac
 }
 
 cmd_make() {

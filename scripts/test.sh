@@ -107,8 +107,8 @@ fi
 step scripts/fuzz.sh 20  # each fuzz target for 20 s (fuzz/README.md)
 step scripts/crash-campaign --quick
 step scripts/crash-campaign --quick --damage journal-inode
-step scripts/e2fsprogs-tests.sh --min-pass 90 --strict \
-    --known-failures f_extents,f_many_subdirs,f_h_badnode,f_h_badroot,f_h_reindex
+step scripts/e2fsprogs-tests.sh --min-pass 95 --strict \
+    --known-failures f_extents,f_many_subdirs
 step scripts/fsx.sh --stress --quick --transport dev_fuse
 
 section "all steps passed"

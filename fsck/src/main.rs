@@ -52,6 +52,10 @@ struct Args {
     /// The block size to read the -b superblock with (default: try each).
     #[arg(short = 'B', value_name = "BLOCKSIZE", requires = "superblock")]
     blocksize: Option<u32>,
+    /// Optimize directories: rebuild each one, indexed where dir_index
+    /// allows, its names sorted and packed.
+    #[arg(short = 'D')]
+    optimize: bool,
     /// The image file or block device.
     device: PathBuf,
 }
@@ -85,6 +89,10 @@ fn run(args: &Args) -> u8 {
     if modes.iter().filter(|&&m| m).count() > 1 {
         eprintln!("fsck.jbdfs: only one of the options -p/-a, -n or -y may be specified.");
         return exit::USAGE;
+    }
+    if args.no && args.optimize {
+        eprintln!("fsck.jbdfs: The -n and -D options are incompatible.");
+        return exit::ERROR;
     }
     let mode = if args.yes {
         Mode::Yes
@@ -131,6 +139,7 @@ fn run(args: &Args) -> u8 {
         progress_fd: args.progress_fd,
         name: name.clone(),
         superblock: args.superblock.map(|b| (b, args.blocksize)),
+        compress_dirs: args.optimize,
     };
     match fsck::check(&dev, &opts) {
         Ok(report) => {

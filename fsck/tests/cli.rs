@@ -259,6 +259,29 @@ fn conflicting_modes_exit_16() {
     assert_eq!(code(&o), Some(16), "unknown flag: {}", text(&o));
 }
 
+/// -D rebuilds directories, which -n cannot: e2fsck refuses the pair with
+/// exit 8 and so does fsck.jbdfs; -fyD on a clean image exits 0.
+#[test]
+fn optimize_directories() {
+    let img = jbdfs_image("optimize", 8 << 20, 1024);
+    let o = fsck(&["-n", "-D"], &img.0);
+    assert_eq!(code(&o), Some(8), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("The -n and -D options are incompatible."),
+        "{}",
+        text(&o)
+    );
+    let o = fsck(&["-fyD"], &img.0);
+    assert_eq!(code(&o), Some(0), "{}", text(&o));
+    assert!(
+        String::from_utf8_lossy(&o.stdout).contains("Pass 3A: Optimizing directories"),
+        "{}",
+        text(&o)
+    );
+    let o = fsck(&["-fn"], &img.0);
+    assert_eq!(code(&o), Some(0), "{}", text(&o));
+}
+
 /// `fsck-jbdfs --generate-man DIR` writes fsck.jbdfs.8: valid roff that
 /// man -l renders, naming every option of --help.
 #[test]

@@ -9,6 +9,7 @@ pub mod bytes;
 pub mod dirent;
 pub mod extent;
 pub mod group_desc;
+pub mod htree;
 pub mod indirect;
 pub mod inode;
 pub mod jbd;

@@ -149,6 +149,8 @@ pub struct Ctx<'a> {
     pub released_inodes: Vec<u32>,
     /// The bad-block list (inode 1) and what pass 1 made of it.
     pub bad_blocks: super::badblocks::BadBlocks,
+    /// The htree checks' findings (htree.rs).
+    pub htree: super::htree::Htree,
 }
 
 impl<'a> Ctx<'a> {
@@ -191,6 +193,7 @@ impl<'a> Ctx<'a> {
             released_blocks: Vec::new(),
             released_inodes: Vec::new(),
             bad_blocks: Default::default(),
+            htree: Default::default(),
         }
     }
 

@@ -13,6 +13,7 @@
 
 pub mod badblocks;
 pub mod context;
+pub mod htree;
 pub mod journal;
 pub mod orphan;
 pub mod pass1;
@@ -73,6 +74,8 @@ pub struct FsckOptions {
     /// -b (and -B): the backup superblock to use, at this block number
     /// (of this block size, or of whichever size reads a superblock there).
     pub superblock: Option<(u64, Option<u32>)>,
+    /// -D: rebuild every directory in pass 3A (e2fsck's -D).
+    pub compress_dirs: bool,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -338,6 +341,7 @@ fn run_passes(ctx: &mut Ctx, new_journal: bool) -> io::Result<()> {
     pass1b::run(ctx)?;
     pass2::run(ctx)?;
     pass3::run(ctx)?;
+    htree::pass3a(ctx)?;
     pass4::run(ctx)?;
     if new_journal {
         journal::recreate(ctx)?;

@@ -6,7 +6,6 @@
 
 use std::io;
 
-use crate::format::dirent::looks_like_dx_root;
 use crate::format::inode::{self as fi, flags, ino as rsv, Inode};
 use crate::format::superblock::feature;
 use crate::format::xattr::{h_refcount, set_h_refcount};
@@ -121,7 +120,6 @@ fn check_in_use(ctx: &mut Ctx, ino: u32, dtime: u32) -> io::Result<()> {
     dirty |= check_ibody_xattrs(ctx, ino, &mut inode);
     dirty |= check_zero_fields(ctx, ino, &mut inode);
     dirty |= check_special(ctx, ino, &mut inode);
-    dirty |= check_htree_flag(ctx, ino, &mut inode)?;
     dirty |= check_blocks(ctx, ino, &mut inode)?;
     if dirty {
         ctx.write_inode(ino, &inode);
@@ -463,31 +461,6 @@ fn symlink_ok(ctx: &Ctx, inode: &Inode) -> bool {
     }
 }
 
-/// INDEX_FL on a directory needs dir_index and a root block that parses.
-fn check_htree_flag(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> {
-    if inode.i_flags & flags::EXT2_INDEX_FL == 0 || !inode.is_dir() {
-        return Ok(false);
-    }
-    let msg = if !ctx.sb.has_compat(feature::COMPAT_DIR_INDEX) {
-        format!("Inode {ino} has INDEX_FL flag set on filesystem without htree support.\n")
-    } else {
-        let b = inode.i_block[0];
-        let root_ok = ctx.block_ok(b)
-            && ctx.read_block(b).is_ok_and(|blk| {
-                looks_like_dx_root(&blk) && crate::format::dirent::parse_dx_root(&blk).is_ok()
-            });
-        if root_ok {
-            return Ok(false);
-        }
-        format!("Inode {ino} has an invalid root node.\n")
-    };
-    if ctx.problems.ask_safe(&msg, "Clear HTree index") {
-        inode.i_flags &= !flags::EXT2_INDEX_FL;
-        return Ok(true);
-    }
-    Ok(false)
-}
-
 /// What walking one inode's blocks found.
 #[derive(Default)]
 struct Tally {
@@ -519,6 +492,7 @@ fn check_blocks(ctx: &mut Ctx, ino: u32, inode: &mut Inode) -> io::Result<bool> 
             ctx.dir_blocks.extend(dir_blocks);
         }
     }
+    dirty |= super::htree::check_root(ctx, ino, inode)?;
     ctx.info[ino as usize].has_data = t.last.is_some() || inode.i_size != 0;
     if t.fragmented
         && ino != rsv::EXT2_RESIZE_INO

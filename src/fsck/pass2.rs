@@ -17,7 +17,7 @@ pub fn run(ctx: &mut Ctx) -> io::Result<()> {
     ctx.problems.say("Pass 2: Checking directory structure");
     fill_holes(ctx)?;
     let mut blocks = std::mem::take(&mut ctx.dir_blocks);
-    blocks.sort_unstable();
+    super::htree::pass2_start(ctx, &mut blocks);
     let total = blocks.len() as u64;
     for (i, db) in blocks.iter().enumerate() {
         if i % 1024 == 0 {
@@ -28,6 +28,7 @@ pub fn run(ctx: &mut Ctx) -> io::Result<()> {
         }
     }
     ctx.dir_blocks = blocks;
+    super::htree::pass2_end(ctx);
     check_large_file_flag(ctx);
     Ok(())
 }
@@ -146,6 +147,7 @@ fn check_dir_block(ctx: &mut Ctx, db: &DirBlock) -> io::Result<()> {
         buf: ctx.read_block(db.blk)?,
         modified: false,
     };
+    super::htree::block_begin(ctx, db, &b.buf);
     let bs = b.buf.len();
     let mut off = 0usize;
     let mut prev: Option<usize> = None;
@@ -186,6 +188,7 @@ fn check_dir_block(ctx: &mut Ctx, db: &DirBlock) -> io::Result<()> {
         prev = Some(off);
         off += de::rec_len_at(&b.buf, off);
     }
+    super::htree::block_end(ctx, db, &b.buf);
     if b.modified {
         ctx.write_block(db.blk, &b.buf)?;
     }
