@@ -8,6 +8,9 @@ use crate::format::inode::ino::EXT2_ROOT_INO;
 
 use super::context::Ctx;
 
+/// `EXT2_LINK_MAX`: the most links e2fsck lets an inode count.
+const EXT2_LINK_MAX: u32 = 65000;
+
 pub fn run(ctx: &mut Ctx) -> io::Result<()> {
     ctx.problems.say("Pass 4: Checking reference counts");
     let first = ctx.sb.first_ino();
@@ -26,7 +29,17 @@ pub fn run(ctx: &mut Ctx) -> io::Result<()> {
             continue;
         }
         let info = ctx.info[ino as usize];
-        let counted = info.counted.min(u32::from(u16::MAX)) as u16;
+        if info.counted > EXT2_LINK_MAX {
+            // Only dir_nlink (a link count of 1 meaning "many") can say
+            // this, and jbdfs does not support it: e2fsck sets the feature;
+            // a count that wraps would be a wrong repair.
+            ctx.problems.unfixable(&format!(
+                "Inode {ino} has {} links, more than ext3 can count (directories need the DIR_NLINK feature, which fsck.jbdfs does not set).",
+                info.counted
+            ));
+            continue;
+        }
+        let counted = info.counted as u16;
         if info.links != counted {
             let msg = format!(
                 "Inode {ino} ref count is {}, should be {counted}.  ",
