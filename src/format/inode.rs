@@ -40,6 +40,49 @@ pub mod flags {
     pub const EXT4_EXTENTS_FL: u32 = 0x0008_0000;
     pub const EXT4_EA_INODE_FL: u32 = 0x0020_0000;
     pub const EXT4_INLINE_DATA_FL: u32 = 0x1000_0000;
+
+    // The rest of ext3's flags (include/linux/ext3_fs.h), for the masks.
+    pub const EXT3_DIRTY_FL: u32 = 0x0000_0100;
+    pub const EXT3_COMPRBLK_FL: u32 = 0x0000_0200;
+    pub const EXT3_NOCOMPR_FL: u32 = 0x0000_0400;
+    pub const EXT3_ECOMPR_FL: u32 = 0x0000_0800;
+    pub const EXT3_IMAGIC_FL: u32 = 0x0000_2000;
+    pub const EXT3_NOTAIL_FL: u32 = 0x0000_8000;
+    pub const EXT3_RESERVED_FL: u32 = 0x8000_0000;
+
+    /// The flags FS_IOC_GETFLAGS shows (lsattr).
+    pub const EXT3_FL_USER_VISIBLE: u32 = 0x0003_DFFF;
+    /// The flags FS_IOC_SETFLAGS may change (chattr); the others keep
+    /// their value. `EXT3_JOURNAL_DATA_FL` is not among them: ext3 changes
+    /// it on its own path, behind CAP_SYS_RESOURCE.
+    pub const EXT3_FL_USER_MODIFIABLE: u32 = 0x0003_80FF;
+    /// The flags a new inode takes from its directory.
+    pub const EXT3_FL_INHERITED: u32 = EXT2_SECRM_FL
+        | EXT2_UNRM_FL
+        | EXT2_COMPR_FL
+        | EXT2_SYNC_FL
+        | EXT2_NODUMP_FL
+        | EXT2_NOATIME_FL
+        | EXT3_COMPRBLK_FL
+        | EXT3_NOCOMPR_FL
+        | EXT3_JOURNAL_DATA_FL
+        | EXT3_NOTAIL_FL
+        | EXT2_DIRSYNC_FL;
+    /// The flags a regular file may carry: all but the directory ones.
+    pub const EXT3_REG_FLMASK: u32 = !(EXT2_DIRSYNC_FL | EXT2_TOPDIR_FL);
+    /// The flags other non-directories (symlinks, devices, fifos,
+    /// sockets) may carry.
+    pub const EXT3_OTHER_FLMASK: u32 = EXT2_NODUMP_FL | EXT2_NOATIME_FL;
+
+    /// ext3_mask_flags: `flags` less those inappropriate for an inode of
+    /// `mode` (the S_IFMT bits decide).
+    pub fn ext3_mask_flags(mode: u16, flags: u32) -> u32 {
+        match mode & super::S_IFMT {
+            super::S_IFDIR => flags,
+            super::S_IFREG => flags & EXT3_REG_FLMASK,
+            _ => flags & EXT3_OTHER_FLMASK,
+        }
+    }
 }
 
 /// Reserved inode numbers.

@@ -292,6 +292,7 @@ impl Filesystem {
         if !st.disk.is_reg() {
             return Err(FsError::Invalid("write to a non-regular file"));
         }
+        super::flags::may_write(&st.disk)?;
         // A large write is split into handles the log can hold: in
         // data=journal for its data, otherwise for its pointer blocks.
         let chunk = if self.data_journal {
@@ -323,6 +324,13 @@ impl Filesystem {
                 Err(_) if written > 0 => break,
                 Err(e) => return Err(e),
             }
+        }
+        // A synchronous inode (chattr +S) commits each write before it
+        // returns, as ext3's generic_write_sync does for IS_SYNC.
+        let sync = super::flags::is_sync(&st.disk);
+        drop(st);
+        if sync && written > 0 {
+            self.fsync(ino, false)?;
         }
         Ok(written)
     }
@@ -692,6 +700,7 @@ impl Filesystem {
         if !st.disk.is_reg() {
             return Err(FsError::Invalid("fallocate of a non-regular file"));
         }
+        super::flags::may_write(&st.disk)?;
         let bs = self.block_size as u64;
         if keep_size && end.div_ceil(bs) > st.disk.i_size.div_ceil(bs) {
             // A block-mapped file cannot own blocks past its size (ext4's

@@ -10,6 +10,7 @@ pub mod data;
 pub mod dir;
 pub mod error;
 pub mod file;
+pub mod flags;
 pub mod ialloc;
 pub mod inode;
 pub mod mount;

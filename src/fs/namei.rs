@@ -46,6 +46,10 @@ pub struct SetAttr {
     pub atime: Option<Timestamp>,
     pub mtime: Option<Timestamp>,
     pub ctime: Option<Timestamp>,
+    /// A time was given explicitly, not as "now" (the kernel's
+    /// ATTR_TIMES_SET): refused on an append-only inode, where `touch`'s
+    /// "now" is not.
+    pub times_set: bool,
 }
 
 /// rename(2) flags.
@@ -86,7 +90,7 @@ impl Filesystem {
     /// IS_DIRSYNC.
     pub(crate) fn start_dirop(&self, dir: &Inode) -> Result<Handle<'_>> {
         let mut h = self.journal.start(NAMEI_CREDITS)?;
-        if self.dirsync || dir.i_flags & crate::format::inode::flags::EXT2_DIRSYNC_FL != 0 {
+        if self.dirsync || super::flags::is_dirsync(dir) {
             h.set_sync();
         }
         Ok(h)
@@ -216,6 +220,7 @@ impl Filesystem {
         if self.dir_lookup(parent, &mut dst, name)?.is_some() {
             return Err(FsError::Exists);
         }
+        super::flags::may_create_in(&dst.disk)?;
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
         if is_dir && dst.disk.i_links_count >= EXT3_LINK_MAX {
             return Err(FsError::TooManyLinks);
@@ -241,6 +246,7 @@ impl Filesystem {
     ) -> Result<(InodeNo, Inode)> {
         let (ino, mut st) =
             self.new_inode(h, parent, mode, who, (dst.disk.i_mode, dst.disk.i_gid))?;
+        st.disk.i_flags = super::flags::inherited(&dst.disk, mode);
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
         // The child's slot is written only once its name is in: until then
         // a failure (ENOSPC for the directory's new block, say) leaves the
@@ -391,6 +397,8 @@ impl Filesystem {
         if st.disk.is_dir() {
             return Err(FsError::NotPermitted);
         }
+        super::flags::may_create_in(&dst.disk)?;
+        super::flags::may_link(&st.disk)?;
         if st.disk.i_links_count >= EXT3_LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
@@ -442,6 +450,7 @@ impl Filesystem {
         }
         let child = self.iget(slot.ino)?;
         let mut st = child.state.write();
+        super::flags::may_delete(&dst.disk, &st.disk)?;
         match (want_dir, st.disk.is_dir()) {
             (true, false) => return Err(FsError::NotDir),
             (false, true) => return Err(FsError::IsDir),
@@ -499,7 +508,11 @@ impl Filesystem {
         self.check_writable()?;
         let inode = self.iget(ino)?;
         let mut st = inode.state.write();
+        super::flags::may_setattr(&st.disk, attr)?;
         let mut h = self.journal.start(NAMEI_CREDITS)?;
+        if super::flags::is_sync(&st.disk) {
+            h.set_sync();
+        }
         let res = self.setattr_locked(&mut h, ino, &mut st, attr, who);
         let stop = h.stop();
         res?;

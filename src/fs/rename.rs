@@ -10,6 +10,7 @@ use super::inode::{InodeRef, InodeState};
 use super::namei::RenameFlags;
 use super::{Filesystem, FsError, Result};
 use crate::format::dirent as de;
+use crate::format::inode::Inode;
 use crate::format::InodeNo;
 use crate::journal::Handle;
 
@@ -163,6 +164,7 @@ impl Filesystem {
         let src_ref = self.iget(src.ino)?;
         let tref = target.map(|t| self.iget(t.ino)).transpose()?;
         let (mut sst, mut tst) = lock_pair(&src_ref, tref.as_deref());
+        check_rename_flags(&st.disk, &sst, &st.disk, tst.as_deref())?;
         let mut h = self.start_dirop(&st.disk)?;
         let res = self.rename_same_dir_in(
             &mut h,
@@ -289,7 +291,11 @@ impl Filesystem {
         let src_ref = self.iget(p.src)?;
         let tref = p.target.map(|(t, _)| self.iget(t)).transpose()?;
         let (mut sst, mut tst) = lock_pair(&src_ref, tref.as_deref());
+        check_rename_flags(&ost.disk, &sst, &nst.disk, tst.as_deref())?;
         let mut h = self.start_dirop(&nst.disk)?;
+        if super::flags::is_dirsync(&ost.disk) {
+            h.set_sync();
+        }
         let dirs = ((op, ost, oname), (np, nst, nname));
         let res = self.rename_apply_in(&mut h, dirs, flags, &p, &mut sst, tst.as_deref_mut());
         drop((sst, tst));
@@ -369,6 +375,23 @@ impl Filesystem {
         self.write_inode(h, op, &ost.disk)?;
         self.write_inode(h, np, &nst.disk)?;
         Ok(freed)
+    }
+}
+
+/// The immutable and append-only flags of a rename's parties, as the
+/// VFS's vfs_rename checks them: the source's name is deleted from its
+/// directory, and the target's, if there is one, from its; with no target,
+/// a name is created in the new directory.
+fn check_rename_flags(
+    odir: &Inode,
+    src: &InodeState,
+    ndir: &Inode,
+    target: Option<&InodeState>,
+) -> Result<()> {
+    super::flags::may_delete(odir, &src.disk)?;
+    match target {
+        Some(t) => super::flags::may_delete(ndir, &t.disk),
+        None => super::flags::may_create_in(ndir),
     }
 }
 

@@ -134,6 +134,7 @@ impl Filesystem {
         }
         let inode = self.iget(ino)?;
         let mut st = inode.state.write();
+        super::flags::may_change_xattrs(&st.disk)?;
         let (a, b) = self.xattr_lists(ino, &st)?;
         let mut list: Vec<Xattr> = a.into_iter().chain(b).collect();
         edit(&mut list)?;

@@ -1169,6 +1169,40 @@ mod tests {
         assert!(decode(&header(FUSE_SETXATTR, 6), &s, b"user.k\0v").is_err());
     }
 
+    /// FUSE_IOCTL as fuse_fileattr_set sends chattr's FS_IOC_SETFLAGS:
+    /// `fuse_ioctl_in` with FUSE_IOCTL_DIR for a directory and in_size 4,
+    /// then the int in the payload.
+    #[test]
+    fn decodes_ioctl_setflags_from_payload() {
+        use super::super::ioctl::{self, FlagIoctl, FS_IOC_SETFLAGS};
+        let mut s = Vec::new();
+        p64(&mut s, 0); // fh
+        p32(&mut s, 1 << 4); // flags: FUSE_IOCTL_DIR
+        p32(&mut s, FS_IOC_SETFLAGS);
+        p64(&mut s, 0); // arg
+        p32(&mut s, 4); // in_size
+        p32(&mut s, 0); // out_size
+        let s = area(&s);
+        let flags = 0x10u32.to_ne_bytes();
+        match decode(&header(FUSE_IOCTL, 9), &s, &flags).unwrap() {
+            Op::Ioctl {
+                ino,
+                cmd,
+                in_data,
+                out_size,
+                ..
+            } => {
+                assert_eq!((ino, cmd, out_size), (9, FS_IOC_SETFLAGS, 0));
+                assert_eq!(
+                    ioctl::decode(cmd, in_data, out_size),
+                    Ok(Some(FlagIoctl::SetFlags(0x10)))
+                );
+            }
+            other => panic!("{other:?}"),
+        }
+        assert!(decode(&header(FUSE_IOCTL, 9), &s, &flags[..2]).is_err());
+    }
+
     #[test]
     fn decodes_symlink_and_name_ops_from_payload() {
         let op = decode(&header(FUSE_SYMLINK, 2), &[], b"link\0/target/x\0").unwrap();

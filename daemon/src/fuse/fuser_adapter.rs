@@ -46,7 +46,8 @@ pub struct Negotiated {
 /// What to ask for at FUSE_INIT.
 #[derive(Clone, Copy, Default)]
 pub struct InitWants {
-    /// `-o direct_io`: also FUSE_DIRECT_IO_ALLOW_MMAP.
+    /// `-o direct_io`. (FUSE_DIRECT_IO_ALLOW_MMAP, which it needs, is
+    /// asked for on every mount: files with the sync flag open direct too.)
     pub direct_io: bool,
     /// `-o io_uring`: also FUSE_OVER_IO_URING.
     pub io_uring: bool,
@@ -208,10 +209,10 @@ responder!(ReplyLseek, |r, a| match a {
 
 impl<H: Handler> fuser::Filesystem for FuserAdapter<H> {
     fn init(&mut self, _req: &Request, config: &mut KernelConfig) -> std::io::Result<()> {
-        let mut wanted = WANTED_INIT_FLAGS;
-        if self.wants.direct_io {
-            wanted |= InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
-        }
+        // Shared mappings of FOPEN_DIRECT_IO files need it: every file
+        // under -o direct_io, and on any mount the files with the sync
+        // flag (chattr +S), which are opened that way.
+        let mut wanted = WANTED_INIT_FLAGS | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
         let offered = config.capabilities();
         let uring_offered = offered.contains(InitFlags::FUSE_OVER_IO_URING);
         if self.wants.io_uring && uring_offered {

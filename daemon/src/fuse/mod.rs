@@ -13,8 +13,10 @@
 
 pub mod abi;
 mod attr;
+mod caps;
 pub mod fuser_adapter;
 pub mod handler;
+pub mod ioctl;
 pub mod request;
 mod runners;
 pub mod session;

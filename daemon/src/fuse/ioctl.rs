@@ -1,0 +1,236 @@
+//! The ioctls jbdfs serves, as bytes: ext3's inode flag and version ioctls
+//! (chattr, lsattr) and the fsxattr pair the VFS maps onto the same flags.
+//! What they do is the handler's ([`super::handler`]); this decodes a
+//! FUSE_IOCTL's command and input and encodes its output.
+//!
+//! How the kernel sends them (fs/fuse/ioctl.c): FS_IOC_GETFLAGS/SETFLAGS
+//! and FS_IOC_FSGETXATTR/FSSETXATTR never reach a FUSE file's ioctl; the
+//! VFS turns them into fileattr_get/set, which FUSE sends as its own
+//! FUSE_IOCTL on a file it opens O_RDONLY for the purpose (OPENDIR for a
+//! directory, with FUSE_IOCTL_DIR), with exactly 4 bytes (an int) in or
+//! out for the flags and a `struct fsxattr` for the fsxattr pair; the
+//! reply must carry exactly that many bytes. The VFS has already checked
+//! ownership and CAP_LINUX_IMMUTABLE by then (vfs_fileattr_set), after a
+//! GETFLAGS of its own; jbdfs checks again, as ext3 does. The version
+//! ioctls arrive as "restricted" ioctls: the kernel copies `_IOC_SIZE(cmd)`
+//! bytes (a long) in or offers them out, and ext3 reads or writes an int.
+
+/// `_IOR('f', 1, long)` and the rest, as on a 64-bit kernel; the `32`
+/// forms are what 32-bit programs send (the VFS maps the flag pair to the
+/// 64-bit numbers itself, the version pair arrives as sent).
+pub const FS_IOC_GETFLAGS: u32 = 0x8008_6601;
+pub const FS_IOC_SETFLAGS: u32 = 0x4008_6602;
+pub const FS_IOC_GETVERSION: u32 = 0x8008_7601;
+pub const FS_IOC_SETVERSION: u32 = 0x4008_7602;
+pub const FS_IOC32_GETFLAGS: u32 = 0x8004_6601;
+pub const FS_IOC32_SETFLAGS: u32 = 0x4004_6602;
+pub const FS_IOC32_GETVERSION: u32 = 0x8004_7601;
+pub const FS_IOC32_SETVERSION: u32 = 0x4004_7602;
+/// `_IOR('X', 31, struct fsxattr)` and `_IOW('X', 32, struct fsxattr)`.
+pub const FS_IOC_FSGETXATTR: u32 = 0x801c_581f;
+pub const FS_IOC_FSSETXATTR: u32 = 0x401c_5820;
+
+/// `sizeof(struct fsxattr)`: xflags, extsize, nextents, projid,
+/// cowextsize, 8 bytes of padding.
+pub const FSXATTR_SIZE: usize = 28;
+
+/// The fsxattr flags that stand for inode flags (fileattr_fill_flags).
+pub const FS_XFLAG_IMMUTABLE: u32 = 0x0000_0008;
+pub const FS_XFLAG_APPEND: u32 = 0x0000_0010;
+pub const FS_XFLAG_SYNC: u32 = 0x0000_0020;
+pub const FS_XFLAG_NOATIME: u32 = 0x0000_0040;
+pub const FS_XFLAG_NODUMP: u32 = 0x0000_0080;
+/// Set by the kernel on the way out when the inode has xattrs; ignored in.
+pub const FS_XFLAG_HASATTR: u32 = 0x8000_0000;
+
+use jbdfs::format::inode::flags::*;
+
+/// The inode flags and their fsxattr flags.
+const XFLAG_MAP: [(u32, u32); 5] = [
+    (EXT2_SYNC_FL, FS_XFLAG_SYNC),
+    (EXT2_IMMUTABLE_FL, FS_XFLAG_IMMUTABLE),
+    (EXT2_APPEND_FL, FS_XFLAG_APPEND),
+    (EXT2_NODUMP_FL, FS_XFLAG_NODUMP),
+    (EXT2_NOATIME_FL, FS_XFLAG_NOATIME),
+];
+
+/// `struct fsxattr` as FS_IOC_FSSETXATTR gives it.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FsXattr {
+    pub xflags: u32,
+    pub extsize: u32,
+    pub nextents: u32,
+    pub projid: u32,
+    pub cowextsize: u32,
+}
+
+/// A decoded flag or version ioctl.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FlagIoctl {
+    GetFlags,
+    SetFlags(u32),
+    GetVersion,
+    SetVersion(u32),
+    FsGetXattr,
+    FsSetXattr(FsXattr),
+}
+
+/// The request `cmd` makes with `input`, offering `out_size` bytes back:
+/// None for a command jbdfs does not serve (ENOTTY), an errno when the
+/// sizes do not fit the command.
+pub fn decode(cmd: u32, input: &[u8], out_size: u32) -> Result<Option<FlagIoctl>, i32> {
+    let int_in = || read_u32(input, 0).ok_or(libc::EINVAL);
+    let room = |n: usize| {
+        if (out_size as usize) < n {
+            Err(libc::EINVAL)
+        } else {
+            Ok(())
+        }
+    };
+    let op = match cmd {
+        FS_IOC_GETFLAGS | FS_IOC32_GETFLAGS => room(4).map(|()| FlagIoctl::GetFlags),
+        FS_IOC_SETFLAGS | FS_IOC32_SETFLAGS => int_in().map(FlagIoctl::SetFlags),
+        FS_IOC_GETVERSION | FS_IOC32_GETVERSION => room(4).map(|()| FlagIoctl::GetVersion),
+        FS_IOC_SETVERSION | FS_IOC32_SETVERSION => int_in().map(FlagIoctl::SetVersion),
+        FS_IOC_FSGETXATTR => room(FSXATTR_SIZE).map(|()| FlagIoctl::FsGetXattr),
+        FS_IOC_FSSETXATTR => {
+            let field = |i: usize| read_u32(input, 4 * i).ok_or(libc::EINVAL);
+            if input.len() < FSXATTR_SIZE {
+                return Err(libc::EINVAL);
+            }
+            Ok(FlagIoctl::FsSetXattr(FsXattr {
+                xflags: field(0)?,
+                extsize: field(1)?,
+                nextents: field(2)?,
+                projid: field(3)?,
+                cowextsize: field(4)?,
+            }))
+        }
+        _ => return Ok(None),
+    };
+    op.map(Some)
+}
+
+/// An int for the caller's memory (the caller runs on this machine, so in
+/// its byte order).
+pub fn int_out(v: u32) -> Vec<u8> {
+    v.to_ne_bytes().to_vec()
+}
+
+/// FS_IOC_FSGETXATTR's answer for an inode with `flags`.
+pub fn fsxattr_out(flags: u32) -> Vec<u8> {
+    let xflags = XFLAG_MAP
+        .iter()
+        .filter(|(f, _)| flags & f != 0)
+        .fold(0, |acc, (_, x)| acc | x);
+    let mut out = vec![0u8; FSXATTR_SIZE];
+    out[..4].copy_from_slice(&xflags.to_ne_bytes());
+    out
+}
+
+/// The inode flags FS_IOC_FSSETXATTR asks for, given the inode's visible
+/// flags now: those the fsxattr flags stand for are set from them, the
+/// others kept. EOPNOTSUPP for fsxattr flags ext3 has no inode flag for
+/// and for a project id (ext3 has no project quota), as ext4 answers
+/// without the project feature.
+pub fn flags_from_fsxattr(current: u32, x: &FsXattr) -> Result<u32, i32> {
+    let known = XFLAG_MAP
+        .iter()
+        .fold(FS_XFLAG_HASATTR, |acc, (_, x)| acc | x);
+    if x.xflags & !known != 0 || x.projid != 0 {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let common = XFLAG_MAP.iter().fold(0, |acc, (f, _)| acc | f);
+    let from_x = XFLAG_MAP
+        .iter()
+        .filter(|(_, xf)| x.xflags & xf != 0)
+        .fold(0, |acc, (f, _)| acc | f);
+    Ok((current & !common) | from_x)
+}
+
+fn read_u32(b: &[u8], at: usize) -> Option<u32> {
+    let bytes: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
+    Some(u32::from_ne_bytes(bytes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// _IOC(dir, type, nr, size) as asm-generic/ioctl.h builds it.
+    fn ioc(dir: u32, ty: u8, nr: u32, size: u32) -> u32 {
+        (dir << 30) | (size << 16) | ((ty as u32) << 8) | nr
+    }
+
+    #[test]
+    fn numbers_are_the_kernels() {
+        let (r, w) = (2, 1);
+        assert_eq!(FS_IOC_GETFLAGS, ioc(r, b'f', 1, 8));
+        assert_eq!(FS_IOC_SETFLAGS, ioc(w, b'f', 2, 8));
+        assert_eq!(FS_IOC_GETVERSION, ioc(r, b'v', 1, 8));
+        assert_eq!(FS_IOC_SETVERSION, ioc(w, b'v', 2, 8));
+        assert_eq!(FS_IOC32_GETFLAGS, ioc(r, b'f', 1, 4));
+        assert_eq!(FS_IOC32_SETVERSION, ioc(w, b'v', 2, 4));
+        assert_eq!(FS_IOC_FSGETXATTR, ioc(r, b'X', 31, FSXATTR_SIZE as u32));
+        assert_eq!(FS_IOC_FSSETXATTR, ioc(w, b'X', 32, FSXATTR_SIZE as u32));
+        assert_eq!(
+            FS_IOC_GETFLAGS as libc::c_ulong,
+            libc::FS_IOC_GETFLAGS as libc::c_ulong
+        );
+        assert_eq!(
+            FS_IOC_SETFLAGS as libc::c_ulong,
+            libc::FS_IOC_SETFLAGS as libc::c_ulong
+        );
+    }
+
+    #[test]
+    fn decodes_what_fuse_sends() {
+        let imm = EXT2_IMMUTABLE_FL.to_ne_bytes();
+        assert_eq!(
+            decode(FS_IOC_GETFLAGS, &[], 4),
+            Ok(Some(FlagIoctl::GetFlags))
+        );
+        assert_eq!(decode(FS_IOC_GETFLAGS, &[], 0), Err(libc::EINVAL));
+        assert_eq!(
+            decode(FS_IOC_SETFLAGS, &imm, 0),
+            Ok(Some(FlagIoctl::SetFlags(EXT2_IMMUTABLE_FL)))
+        );
+        assert_eq!(decode(FS_IOC_SETFLAGS, &imm[..2], 0), Err(libc::EINVAL));
+        // The version pair as a restricted ioctl: a long in, a long's room out.
+        let gen = 77u64.to_ne_bytes();
+        assert_eq!(
+            decode(FS_IOC_SETVERSION, &gen, 0),
+            Ok(Some(FlagIoctl::SetVersion(77)))
+        );
+        assert_eq!(
+            decode(FS_IOC_GETVERSION, &[], 8),
+            Ok(Some(FlagIoctl::GetVersion))
+        );
+        assert_eq!(decode(0x5401, &[], 0), Ok(None), "TCGETS is not ours");
+    }
+
+    #[test]
+    fn fsxattr_maps_the_common_flags() {
+        let flags = EXT2_IMMUTABLE_FL | EXT2_NOATIME_FL | EXT2_INDEX_FL;
+        let out = fsxattr_out(flags);
+        assert_eq!(out.len(), FSXATTR_SIZE);
+        let x = FsXattr {
+            xflags: u32::from_ne_bytes(out[..4].try_into().unwrap()),
+            ..Default::default()
+        };
+        assert_eq!(x.xflags, FS_XFLAG_IMMUTABLE | FS_XFLAG_NOATIME);
+        assert_eq!(flags_from_fsxattr(flags, &x), Ok(flags));
+        let cleared = FsXattr::default();
+        assert_eq!(flags_from_fsxattr(flags, &cleared), Ok(EXT2_INDEX_FL));
+        let dax = FsXattr {
+            xflags: 0x8000,
+            ..Default::default()
+        };
+        assert_eq!(flags_from_fsxattr(0, &dax), Err(libc::EOPNOTSUPP));
+        let proj = FsXattr {
+            projid: 5,
+            ..Default::default()
+        };
+        assert_eq!(flags_from_fsxattr(0, &proj), Err(libc::EOPNOTSUPP));
+    }
+}
