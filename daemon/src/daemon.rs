@@ -32,6 +32,8 @@ pub struct DaemonConfig {
     /// -o io_uring[,io_uring_q_depth=N]: how requests reach the daemon.
     pub transport: crate::fuse::Transport,
     pub allow_other: bool,
+    /// The atime options (relatime, strictatime, noatime, nodiratime).
+    pub atime: jbdfs::fs::atime::AtimePolicy,
     /// Generic mount options passed on to the kernel (dev, nosuid, ...).
     pub generic: Vec<String>,
     /// barrier=1: flush around commit blocks.
@@ -285,7 +287,11 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
     if cfg.allow_other {
         config.acl = SessionACL::All;
     }
-    let handler = Arc::new(JbdFuse::new(fs.clone()).with_direct_io(cfg.fuse_direct_io));
+    let handler = Arc::new(
+        JbdFuse::new(fs.clone())
+            .with_direct_io(cfg.fuse_direct_io)
+            .with_atime(cfg.atime),
+    );
     let session = crate::fuse::session::mount(
         handler,
         &cfg.mountpoint,

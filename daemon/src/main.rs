@@ -134,6 +134,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                 depth: opts.io_uring_q_depth,
             },
         },
+        atime: opts.atime_policy(),
         allow_other: generic.iter().any(|o| o == "allow_other"),
         generic,
         barrier: opts.barrier,

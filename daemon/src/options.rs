@@ -210,6 +210,27 @@ pub struct MountOptions {
     pub ignored: Vec<String>,
 }
 
+impl MountOptions {
+    /// The atime policy the generic options ask for, the last word of each
+    /// group winning as for the kernel: relatime unless noatime or
+    /// strictatime is given; nodiratime on its own.
+    pub fn atime_policy(&self) -> jbdfs::fs::atime::AtimePolicy {
+        use jbdfs::fs::atime::{AtimeMode, AtimePolicy};
+        let mut p = AtimePolicy::default();
+        for o in &self.generic {
+            match o.as_str() {
+                "noatime" => p.mode = AtimeMode::Never,
+                "atime" | "relatime" => p.mode = AtimeMode::Relatime,
+                "strictatime" => p.mode = AtimeMode::Strict,
+                "nodiratime" => p.nodiratime = true,
+                "diratime" => p.nodiratime = false,
+                _ => {}
+            }
+        }
+        p
+    }
+}
+
 impl Default for MountOptions {
     fn default() -> Self {
         Self {

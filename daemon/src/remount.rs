@@ -12,9 +12,10 @@
 //! - read-write: the daemon first, then the kernel.
 //!
 //! Only the read-only/read-write state and the per-mount flags (nosuid,
-//! nodev, noexec, the atime flags) change; the journal's options (data=,
-//! commit=, barrier, bdelay) keep the values they were mounted with, and a
-//! remount that asks to change them is refused naming them.
+//! nodev, noexec) change; the journal's options (data=, commit=, barrier,
+//! bdelay) and the atime options (which the daemon applies) keep the values
+//! they were mounted with, and a remount that asks to change them is
+//! refused naming them.
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -81,6 +82,43 @@ fn check_changeable(requested: &[String], mounted_with: &[String]) -> anyhow::Re
     )
 }
 
+/// The daemon applies the atime options itself (the kernel leaves atime
+/// to FUSE filesystems) and takes them at mount only: a remount that would
+/// change them is refused rather than half applied.
+fn check_atime_unchanged(requested: &[String], mounted: &[String]) -> anyhow::Result<()> {
+    let words = |list: &[String]| -> Vec<String> {
+        let atime = [
+            "noatime",
+            "atime",
+            "relatime",
+            "strictatime",
+            "nodiratime",
+            "diratime",
+        ];
+        list.iter()
+            .filter(|o| atime.contains(&o.as_str()))
+            .cloned()
+            .collect()
+    };
+    let policy = |list: &[String]| {
+        let o = crate::options::MountOptions {
+            generic: words(list),
+            ..Default::default()
+        };
+        o.atime_policy()
+    };
+    let asked = words(requested);
+    let mut combined = words(mounted);
+    combined.extend(asked.iter().cloned());
+    if asked.is_empty() || policy(&combined) == policy(mounted) {
+        return Ok(());
+    }
+    bail!(
+        "remount cannot change the atime options ({}) while mounted (unmount and mount again)",
+        asked.join(", ")
+    )
+}
+
 /// The helper's side: asks the daemon serving `mountpoint`, and remounts
 /// in the kernel. `options` are the -o words, `remount` among them.
 pub fn request(mountpoint: &Path, options: &[String]) -> anyhow::Result<()> {
@@ -88,6 +126,7 @@ pub fn request(mountpoint: &Path, options: &[String]) -> anyhow::Result<()> {
         .with_context(|| format!("{}: no such mount point", mountpoint.display()))?;
     let mount = MountEntry::find(&target)?;
     check_changeable(options, &mount.super_options)?;
+    check_atime_unchanged(options, &mount.mount_options)?;
     let read_only = match options.iter().rev().find(|o| *o == "ro" || *o == "rw") {
         Some(o) => o == "ro",
         None => mount.read_only(),
@@ -337,6 +376,14 @@ mod tests {
         );
         let f = m.remount_flags(&words("remount,rw,suid"), false);
         assert_eq!(f, libc::MS_REMOUNT | libc::MS_NODEV | libc::MS_RELATIME);
+    }
+
+    #[test]
+    fn atime_options_cannot_change_on_remount() {
+        let mounted = words("rw,nosuid,relatime");
+        assert!(check_atime_unchanged(&words("remount,ro,relatime"), &mounted).is_ok());
+        assert!(check_atime_unchanged(&words("remount,ro"), &mounted).is_ok());
+        assert!(check_atime_unchanged(&words("remount,noatime"), &mounted).is_err());
     }
 
     #[test]

@@ -96,6 +96,7 @@ impl Mounted {
             fuse_direct_io: false,
             transport: transport().transport(),
             allow_other: false,
+            atime: Default::default(),
             generic: Vec::new(),
             barrier: true,
             commit_secs: 5,

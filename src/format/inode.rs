@@ -155,7 +155,7 @@ const EXTRA_TIMES_END: u16 = 0x98 - 0x80;
 
 /// A timestamp with the extra-field encoding: the low two bits of the extra
 /// word extend the seconds past 2038, the upper 30 bits are nanoseconds.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Timestamp {
     pub sec: i64,
     pub nsec: u32,

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use jbdfs::format::inode::{Inode, Timestamp};
 use jbdfs::format::InodeNo;
+use jbdfs::fs::atime::AtimePolicy;
 use jbdfs::fs::namei::{Caller, RenameFlags, SetAttr};
 use jbdfs::fs::xattr::SetMode;
 use jbdfs::fs::{Filesystem, FsError};
@@ -124,6 +125,8 @@ pub struct JbdFuse {
     /// cache is kept (every change to a file passes through this mount,
     /// so cached pages are never stale), or bypassed with `-o direct_io`.
     open_flags: u32,
+    /// The mount's atime options (see src/fs/atime.rs).
+    atime: AtimePolicy,
 }
 
 impl JbdFuse {
@@ -132,7 +135,25 @@ impl JbdFuse {
             fs,
             fsync_runners: runners::Runners::new("jbdfs-fsync", MAX_FSYNC_RUNNERS),
             open_flags: FOPEN_KEEP_CACHE,
+            atime: AtimePolicy::default(),
         }
+    }
+
+    /// The mount's atime options.
+    pub fn with_atime(mut self, policy: AtimePolicy) -> Self {
+        self.atime = policy;
+        self
+    }
+
+    /// An open for reading (or an opendir) is the access that moves atime:
+    /// the kernel leaves atime to FUSE filesystems, and reads served from
+    /// the page cache never reach the daemon. Returns whether it moved; a
+    /// failure to move it does not fail the open.
+    fn accessed(&self, ino: InodeNo) -> bool {
+        self.fs.touch_atime(ino, self.atime).unwrap_or_else(|e| {
+            tracing::debug!(ino = ino.0, "atime not updated: {e}");
+            false
+        })
     }
 
     /// `-o direct_io`: open files bypass the kernel's page cache.
@@ -296,7 +317,10 @@ impl JbdFuse {
 
     fn opendir(&self, ino: NodeId) -> Outcome {
         match self.fs.getattr(to_ext3(ino)) {
-            Ok(i) if i.is_dir() => Ok(Answer::Open(OpenOut::default())),
+            Ok(i) if i.is_dir() => {
+                self.accessed(to_ext3(ino));
+                Ok(Answer::Open(OpenOut::default()))
+            }
             Ok(_) => Err(Errno::from_i32(libc::ENOTDIR)),
             Err(e) => Err(self.fail(&e)),
         }
@@ -433,11 +457,15 @@ impl JbdFuse {
             .fs
             .may_open(ext, flags)
             .and_then(|how| self.fs.open(ext).map(|()| how));
+        let reads = flags & libc::O_ACCMODE != libc::O_WRONLY;
         self.done(opened, |how| {
-            Answer::Open(OpenOut {
-                fh: 0,
-                flags: self.open_flags_for(how.sync),
-            })
+            let mut flags = self.open_flags_for(how.sync);
+            // The cache goes when atime moved, so the read reaches the
+            // daemon and the kernel refreshes its copy of atime after it.
+            if reads && self.accessed(ext) {
+                flags &= !FOPEN_KEEP_CACHE;
+            }
+            Answer::Open(OpenOut { fh: 0, flags })
         })
     }
 

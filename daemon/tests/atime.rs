@@ -1,0 +1,134 @@
+//! Access times as ext3 keeps them (issue 18, atime): fstests generic/003's
+//! sequence, and the same sequence run by Linux's ext3 on the same kind of
+//! image, under relatime (the default), strictatime, noatime and
+//! nodiratime, must move atime at the same steps.
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+#[path = "../../tests/common/mod.rs"]
+mod common;
+mod daemon_common;
+
+use daemon_common::Daemon;
+
+fn can_mount(test: &str) -> bool {
+    let Some(why) = daemon_common::cannot_fuse() else {
+        return true;
+    };
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: CI is set but FUSE tests cannot run: {why}");
+    }
+    eprintln!("SKIP {test}: {why} (FUSE tests need root and /dev/fuse)");
+    false
+}
+
+fn atime(p: &Path) -> (i64, i64) {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(p).unwrap();
+    (m.atime(), m.atime_nsec())
+}
+
+/// Past the one-second granularity some steps compare at.
+fn tick() {
+    std::thread::sleep(Duration::from_millis(1100));
+}
+
+/// Runs the sequence in `mnt`; returns, per step, whether atime moved:
+/// first read of a new file, second read, listing a directory after a
+/// file was made in it, read after a rewrite, open for writing only.
+fn sequence(mnt: &Path) -> Vec<(&'static str, bool)> {
+    let dir = mnt.join("d");
+    std::fs::create_dir(&dir).unwrap();
+    let f = dir.join("f");
+    std::fs::write(&f, b"aaa\n").unwrap();
+    let mut out = Vec::new();
+    let mut step = |name: &'static str, path: &Path, act: &dyn Fn()| {
+        let before = atime(path);
+        tick();
+        act();
+        out.push((name, atime(path) != before));
+    };
+    let cat = || {
+        std::fs::read(&f).unwrap();
+    };
+    step("first read", &f, &cat);
+    step("second read", &f, &cat);
+    let ls = || {
+        std::fs::read_dir(&dir).unwrap().for_each(drop);
+    };
+    step("listing the directory", &dir, &ls);
+    step("listing it again", &dir, &ls);
+    let rewrite_and_read = || {
+        std::fs::write(&f, b"xyz\n").unwrap();
+        cat();
+    };
+    step("read after a rewrite", &f, &rewrite_and_read);
+    let open_for_write = || {
+        std::fs::OpenOptions::new().write(true).open(&f).unwrap();
+    };
+    step("open for writing", &f, &open_for_write);
+    out
+}
+
+fn linux_sequence(image: &Path, opts: &str) -> Vec<(&'static str, bool)> {
+    let dir = common::TempDir::new("atime-linux");
+    let st = Command::new("mount")
+        .args(["-t", "ext3", "-o"])
+        .arg(format!("loop,{opts}"))
+        .arg(image)
+        .arg(&dir.path)
+        .status()
+        .unwrap();
+    assert!(
+        st.success(),
+        "loop mount of {} with {opts}",
+        image.display()
+    );
+    let out = sequence(&dir.path);
+    let _ = Command::new("umount").arg(&dir.path).status();
+    out
+}
+
+#[test]
+fn atime_moves_as_linux_moves_it_under_each_mount_option() {
+    let test = "atime_moves_as_linux_moves_it_under_each_mount_option";
+    if !can_mount(test) {
+        return;
+    }
+    let linux = common::loop_mounts_available().is_ok();
+    if !linux {
+        if std::env::var_os("CI").is_some() {
+            panic!("{test}: CI is set but loop mounts are not available");
+        }
+        eprintln!("{test}: no loop mounts; checking jbdfs against the expected table only");
+    }
+    let expect_relatime = [true, false, true, false, true, false];
+    for (opts, expected) in [
+        ("relatime", expect_relatime),
+        ("strictatime", [true, true, true, true, true, false]),
+        ("noatime", [false; 6]),
+        (
+            "relatime,nodiratime",
+            [true, false, false, false, true, false],
+        ),
+    ] {
+        let img = common::jbdfs_image_with("atime", Default::default(), 32 << 20);
+        let dir = common::TempDir::new("atime");
+        let mnt = dir.path.join("mnt");
+        std::fs::create_dir(&mnt).unwrap();
+        let d = Daemon::start(&img.path, &mnt, opts, Duration::from_secs(30)).unwrap();
+        let got = sequence(&mnt);
+        let exited = d.stop();
+        assert!(exited.status.success(), "{exited:?}");
+        common::assert_e2fsck_clean(&img.path, &format!("after the atime sequence, -o {opts}"));
+        let moved: Vec<bool> = got.iter().map(|(_, m)| *m).collect();
+        assert_eq!(moved, expected, "jbdfs -o {opts}: {got:?}");
+        if linux {
+            let img = common::jbdfs_image_with("atime-k", Default::default(), 32 << 20);
+            let theirs = linux_sequence(&img.path, opts);
+            assert_eq!(got, theirs, "jbdfs against Linux ext3, -o {opts}");
+        }
+    }
+}
