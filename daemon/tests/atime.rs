@@ -11,18 +11,7 @@ use std::time::Duration;
 mod common;
 mod daemon_common;
 
-use daemon_common::Daemon;
-
-fn can_mount(test: &str) -> bool {
-    let Some(why) = daemon_common::cannot_fuse() else {
-        return true;
-    };
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: CI is set but FUSE tests cannot run: {why}");
-    }
-    eprintln!("SKIP {test}: {why} (FUSE tests need root and /dev/fuse)");
-    false
-}
+use daemon_common::{can_mount, Daemon};
 
 fn atime(p: &Path) -> (i64, i64) {
     use std::os::unix::fs::MetadataExt;

@@ -9,7 +9,7 @@ use std::time::Duration;
 mod common;
 mod daemon_common;
 
-use daemon_common::{transport, Daemon, TestTransport};
+use daemon_common::{can_mount, transport, Daemon, TestTransport};
 
 fn jbdfs(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_jbdfs"))
@@ -225,19 +225,6 @@ fn ext4_images_are_refused_naming_the_features() {
 fn man_page_names_every_flag_and_mount_option() {
     let bin = std::path::Path::new(env!("CARGO_BIN_EXE_jbdfs"));
     jbdfs_man::check_binary(bin, "jbdfs").unwrap();
-}
-
-/// Whether `test` can mount here; a skip is said, and under CI (env `CI`
-/// set) a machine that cannot mount fails the test instead.
-fn can_mount(test: &str) -> bool {
-    let Some(why) = daemon_common::cannot_fuse() else {
-        return true;
-    };
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: CI is set but FUSE tests cannot run: {why}");
-    }
-    eprintln!("SKIP {test}: {why} (FUSE tests need root and /dev/fuse)");
-    false
 }
 
 /// A fresh 64 MiB image (4 KiB blocks) and a directory holding a mount

@@ -13,18 +13,7 @@ use std::time::Duration;
 mod common;
 mod daemon_common;
 
-use daemon_common::Daemon;
-
-fn can_mount(test: &str) -> bool {
-    let Some(why) = daemon_common::cannot_fuse() else {
-        return true;
-    };
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: CI is set but FUSE tests cannot run: {why}");
-    }
-    eprintln!("SKIP {test}: {why} (FUSE tests need root and /dev/fuse)");
-    false
-}
+use daemon_common::{can_mount, Daemon};
 
 fn image_and_dir(tag: &str) -> (common::TempImage, common::TempDir) {
     let img = common::jbdfs_image_with(tag, Default::default(), 64 << 20);

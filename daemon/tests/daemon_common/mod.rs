@@ -424,3 +424,16 @@ impl Drop for Daemon {
         }
     }
 }
+
+/// Whether FUSE tests can run here; skips loudly (or fails, with CI set)
+/// when not.
+pub fn can_mount(test: &str) -> bool {
+    let Some(why) = cannot_fuse() else {
+        return true;
+    };
+    if std::env::var_os("CI").is_some() {
+        panic!("{test}: CI is set but FUSE tests cannot run: {why}");
+    }
+    eprintln!("SKIP {test}: {why} (FUSE tests need root and /dev/fuse)");
+    false
+}
