@@ -17,7 +17,8 @@
 #                     default; -o noio_uring) or io_uring (-o io_uring;
 #                     needs the kernel's enable_uring on). The mount's
 #                     stats file must show that it was served so.
-#   --mount-opts OPTS extra jbdfs -o options (allow_other,suid,dev are always given)
+#   --mount-opts OPTS extra jbdfs -o options (none by default: a plain root
+#                     mount, which allows other users, suid and devices)
 #   --logs DIR        where logs go (default a new directory in $JBDFS_WORKDIR)
 #   --keep            keep the image
 #
@@ -150,7 +151,9 @@ if [ "$linux" -eq 1 ]; then
     mount_ext3 "$img" "$mnt"
 else
     stats="$logs/stats"
-    opts="allow_other,suid,dev,stats=$stats${transport_opt:+,$transport_opt}${mount_opts:+,$mount_opts}"
+    # A plain root mount: allow_other, suid and dev are what the daemon
+    # gives root's mounts by default, as the kernel's ext3 behaves.
+    opts="stats=$stats${transport_opt:+,$transport_opt}${mount_opts:+,$mount_opts}"
     mount_jbdfs "$img" "$mnt" "$logs/jbdfs.log" "$opts"
 fi
 

@@ -214,3 +214,62 @@ fn repaired_images_mount(dir: &Path) {
     }
     assert!(mounted > 0, "no repaired image was mounted");
 }
+
+/// The resize inode of a mke2fs image (resize_inode is its default):
+/// cleared, or with its double-indirect block pointing at the wrong
+/// reserved GDT block, it is found invalid and made anew as e2fsck makes it
+/// (same blocks and size), after which e2fsck and a second fsck find
+/// nothing.
+#[test]
+fn a_damaged_resize_inode_is_recreated() {
+    if let Some(t) = tools_missing() {
+        if std::env::var_os("CI").is_some() {
+            panic!("CI is set but {t} is missing");
+        }
+        eprintln!("SKIP: {t} missing");
+        return;
+    }
+    let dir = Dir::new("resize");
+    for (bs, damage) in [
+        ("1024", "clri <7>"),
+        ("4096", "clri <7>"),
+        ("1024", "sif <7> block[DIND] 5000"),
+    ] {
+        let img = dir.0.join(format!("r{bs}.img"));
+        let img_s = img.to_str().unwrap();
+        let _ = std::fs::remove_file(&img);
+        let mk = run(
+            "mke2fs",
+            &["-q", "-F", "-t", "ext3", "-b", bs, img_s, "64M"],
+        );
+        assert!(mk.status.success(), "{}", text(&mk));
+        let dmg = run("debugfs", &["-w", "-R", damage, img_s]);
+        assert!(dmg.status.success(), "{}", text(&dmg));
+        let reference = dir.0.join("ref.img");
+        std::fs::copy(&img, &reference).unwrap();
+        let fixed = run(FSCK, &["-fy", img_s]);
+        assert_eq!(
+            fixed.status.code(),
+            Some(1),
+            "{bs}, {damage}: {}",
+            text(&fixed)
+        );
+        assert!(
+            String::from_utf8_lossy(&fixed.stdout).contains("Resize inode not valid"),
+            "{}",
+            text(&fixed)
+        );
+        assert_clean_and_untouched(&img, &format!("{bs}-byte blocks after {damage}"));
+        let e = run("e2fsck", &["-fy", reference.to_str().unwrap()]);
+        assert_eq!(e.status.code(), Some(1), "{}", text(&e));
+        let blocks = |p: &Path| {
+            let o = run("debugfs", &["-R", "stat <7>", p.to_str().unwrap()]);
+            let s = String::from_utf8_lossy(&o.stdout).into_owned();
+            s.lines()
+                .filter(|l| l.contains("Size:") || l.contains("(DIND)") || l.contains("TOTAL"))
+                .map(|l| l.split("Size:").last().unwrap_or(l).to_string())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(blocks(&img), blocks(&reference), "as e2fsck makes it");
+    }
+}

@@ -24,6 +24,7 @@ pub mod pass4;
 pub mod pass5;
 pub mod problem;
 pub mod progress;
+pub mod resize;
 pub mod super_check;
 pub mod walk;
 
@@ -332,9 +333,13 @@ fn run_passes(ctx: &mut Ctx, new_journal: bool) -> io::Result<()> {
         orphan::release(ctx)?;
     }
     badblocks::load(ctx)?;
+    let new_resize_inode = resize::check(ctx)?;
     pass1::run(ctx)?;
     if ctx.unsupported.is_some() {
         return Ok(());
+    }
+    if new_resize_inode {
+        resize::recreate(ctx)?;
     }
     badblocks::relocate(ctx)?;
     super_check::relocate_tables(ctx)?;
