@@ -108,7 +108,7 @@ step scripts/fuzz.sh 20  # each fuzz target for 20 s (fuzz/README.md)
 step scripts/crash-campaign --quick
 step scripts/crash-campaign --quick --damage journal-inode
 step scripts/e2fsprogs-tests.sh --min-pass 95 --strict \
-    --known-failures f_extents,f_many_subdirs
+    --known-failures f_extents
 step scripts/fsx.sh --stress --quick --transport dev_fuse
 
 section "all steps passed"

@@ -427,3 +427,34 @@ fn remount_read_only_leaves_a_clean_image_and_read_write_resumes() {
     assert_eq!(fs.read(f, 0, 5).unwrap(), b"again");
     fs.unmount().unwrap();
 }
+
+/// dir_nlink (ext4's, which e2fsck sets for a directory past 65,000
+/// subdirectories) is mounted read-write: it only changes how such a
+/// directory is counted, and jbdfs counts as ext4 does.
+#[test]
+fn dir_nlink_images_mount_read_write_and_stay_clean() {
+    let img = image(32 << 20, 1024);
+    let tune = Command::new("tune2fs")
+        .args(["-O", "dir_nlink"])
+        .arg(&img.0)
+        .output()
+        .expect("tune2fs");
+    assert!(
+        tune.status.success(),
+        "{}",
+        String::from_utf8_lossy(&tune.stderr)
+    );
+    let fs = mount(&img);
+    let (d, _) = fs.mkdir(ROOT, b"d", 0o755, ME).unwrap();
+    for i in 0..20 {
+        fs.mkdir(d, format!("s{i}").as_bytes(), 0o755, ME).unwrap();
+    }
+    assert_eq!(fs.getattr(d).unwrap().i_links_count, 22);
+    for i in 0..5 {
+        fs.rmdir(d, format!("s{i}").as_bytes()).unwrap();
+    }
+    assert_eq!(fs.getattr(d).unwrap().i_links_count, 17);
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+}

@@ -85,7 +85,10 @@ pub mod feature {
         | COMPAT_RESIZE_INODE
         | COMPAT_DIR_INDEX;
     pub const SUPP_INCOMPAT: u32 = INCOMPAT_FILETYPE | INCOMPAT_RECOVER;
-    pub const SUPP_RO_COMPAT: u32 = RO_COMPAT_SPARSE_SUPER | RO_COMPAT_LARGE_FILE;
+    /// dir_nlink is ext4's, but only changes how a directory past 65,000
+    /// subdirectories is counted (1: "many"), which jbdfs does as ext4 does.
+    pub const SUPP_RO_COMPAT: u32 =
+        RO_COMPAT_SPARSE_SUPER | RO_COMPAT_LARGE_FILE | RO_COMPAT_DIR_NLINK;
 
     /// Names as e2fsprogs spells them (mke2fs -O, dumpe2fs).
     pub const NAMES: &[(Kind, u32, &str)] = &[

@@ -15,6 +15,42 @@ use crate::journal::Handle;
 
 /// ext3's link count limit (EXT3_LINK_MAX).
 pub const EXT3_LINK_MAX: u16 = 32000;
+/// With dir_nlink, where a directory's count stops (EXT4_LINK_MAX): past
+/// it the count is 1, "more than can be counted".
+pub const EXT4_LINK_MAX: u16 = 65000;
+
+impl Filesystem {
+    fn dir_nlink(&self) -> bool {
+        self.sb
+            .lock()
+            .has_ro_compat(crate::format::superblock::feature::RO_COMPAT_DIR_NLINK)
+    }
+
+    /// Whether directory `dir` may take another subdirectory
+    /// (EXT4_DIR_LINK_MAX): without dir_nlink ext3's 32,000 links; with it
+    /// there is no limit, the count becoming 1 past 65,000.
+    pub(crate) fn dir_links_full(&self, dir: &crate::format::inode::Inode) -> bool {
+        !self.dir_nlink() && dir.i_links_count >= EXT3_LINK_MAX
+    }
+
+    /// A subdirectory's ".." now names `dir` (ext4_inc_count).
+    pub(crate) fn dir_link_inc(&self, dir: &mut crate::format::inode::Inode) {
+        let overflowed = dir.i_links_count == 1 || dir.i_links_count >= EXT4_LINK_MAX;
+        if self.dir_nlink() && overflowed {
+            dir.i_links_count = 1;
+        } else {
+            dir.i_links_count = dir.i_links_count.saturating_add(1);
+        }
+    }
+
+    /// A subdirectory's ".." no longer names `dir` (ext4_dec_count): a
+    /// count of 1 (overflowed) or 2 stays.
+    pub(crate) fn dir_link_dec(&self, dir: &mut crate::format::inode::Inode) {
+        if dir.i_links_count > 2 {
+            dir.i_links_count -= 1;
+        }
+    }
+}
 
 const NAMEI_CREDITS: u32 = 32;
 
@@ -222,7 +258,7 @@ impl Filesystem {
         }
         super::flags::may_create_in(&dst.disk)?;
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
-        if is_dir && dst.disk.i_links_count >= EXT3_LINK_MAX {
+        if is_dir && self.dir_links_full(&dst.disk) {
             return Err(FsError::TooManyLinks);
         }
         let mut h = self.start_dirop(&dst.disk)?;
@@ -280,7 +316,7 @@ impl Filesystem {
         dst.disk.i_mtime = t;
         dst.disk.i_ctime = t;
         if is_dir {
-            dst.disk.i_links_count += 1;
+            self.dir_link_inc(&mut dst.disk);
         }
         self.write_inode(h, parent, &dst.disk)?;
         let disk = st.disk.clone();
@@ -488,7 +524,7 @@ impl Filesystem {
         dst.disk.i_mtime = t;
         dst.disk.i_ctime = t;
         if st.disk.is_dir() {
-            dst.disk.i_links_count = dst.disk.i_links_count.saturating_sub(1);
+            self.dir_link_dec(&mut dst.disk);
             st.disk.i_links_count = 0;
         } else {
             st.disk.i_links_count = st.disk.i_links_count.saturating_sub(1);

@@ -261,7 +261,7 @@ impl Filesystem {
         };
         if tst.disk.is_dir() {
             tst.disk.i_links_count = 0;
-            dir.disk.i_links_count = dir.disk.i_links_count.saturating_sub(1);
+            self.dir_link_dec(&mut dir.disk);
         } else {
             tst.disk.i_links_count = tst.disk.i_links_count.saturating_sub(1);
         }
@@ -331,12 +331,12 @@ impl Filesystem {
             }
             match (src_is_dir, tgt_is_dir) {
                 (true, false) => {
-                    ost.disk.i_links_count -= 1;
-                    nst.disk.i_links_count += 1;
+                    self.dir_link_dec(&mut ost.disk);
+                    self.dir_link_inc(&mut nst.disk);
                 }
                 (false, true) => {
-                    nst.disk.i_links_count -= 1;
-                    ost.disk.i_links_count += 1;
+                    self.dir_link_dec(&mut nst.disk);
+                    self.dir_link_inc(&mut ost.disk);
                 }
                 _ => {}
             }
@@ -349,7 +349,7 @@ impl Filesystem {
                     freed = Some(tino);
                 }
             } else {
-                if src_is_dir && nst.disk.i_links_count >= super::namei::EXT3_LINK_MAX {
+                if src_is_dir && self.dir_links_full(&nst.disk) {
                     return Err(FsError::TooManyLinks);
                 }
                 self.dir_add(h, np, nst, nname, p.src, p.src_type)?;
@@ -357,8 +357,8 @@ impl Filesystem {
             self.dir_remove(h, op, ost, oname)?;
             if src_is_dir {
                 self.dir_retarget(h, p.src, sst, b"..", np, de::EXT2_FT_DIR)?;
-                ost.disk.i_links_count = ost.disk.i_links_count.saturating_sub(1);
-                nst.disk.i_links_count += 1;
+                self.dir_link_dec(&mut ost.disk);
+                self.dir_link_inc(&mut nst.disk);
             }
         }
         let now = crate::util::now();

@@ -29,17 +29,24 @@ pub fn run(ctx: &mut Ctx) -> io::Result<()> {
             continue;
         }
         let info = ctx.info[ino as usize];
-        if info.counted > EXT2_LINK_MAX {
-            // Only dir_nlink (a link count of 1 meaning "many") can say
-            // this, and jbdfs does not support it: e2fsck sets the feature;
-            // a count that wraps would be a wrong repair.
-            ctx.problems.unfixable(&format!(
-                "Inode {ino} has {} links, more than ext3 can count (directories need the DIR_NLINK feature, which fsck.jbdfs does not set).",
-                info.counted
-            ));
+        let Some(counted) = expected_links(ctx, ino, &info) else {
             continue;
+        };
+        if info.is_dir() && info.links == 1 && counted > 1 && dir_nlink(ctx) {
+            // Overflowed once; e2fsck offers the exact count back.
+            let msg = format!(
+                "Directory inode {ino} ref count set to overflow but could be exact value {counted}.  "
+            );
+            let indexed = ctx.inode(ino).i_flags & crate::format::inode::flags::EXT2_INDEX_FL != 0;
+            if indexed && ctx.problems.mode() != super::Mode::No {
+                if ctx.problems.ask_safe(&msg, "Fix") {
+                    let mut inode = ctx.inode(ino);
+                    inode.i_links_count = counted;
+                    ctx.write_inode(ino, &inode);
+                }
+                continue;
+            }
         }
-        let counted = info.counted as u16;
         if info.links != counted {
             let msg = format!(
                 "Inode {ino} ref count is {}, should be {counted}.  ",
@@ -53,6 +60,36 @@ pub fn run(ctx: &mut Ctx) -> io::Result<()> {
         }
     }
     Ok(())
+}
+
+fn dir_nlink(ctx: &Ctx) -> bool {
+    ctx.sb
+        .has_ro_compat(crate::format::superblock::feature::RO_COMPAT_DIR_NLINK)
+}
+
+/// The link count inode `ino` should have: its references, or 1 for a
+/// directory past EXT2_LINK_MAX, which needs dir_nlink (set as e2fsck
+/// sets it). `None` when the count cannot be written.
+fn expected_links(ctx: &mut Ctx, ino: u32, info: &super::context::InodeInfo) -> Option<u16> {
+    if info.counted <= EXT2_LINK_MAX {
+        return Some(info.counted as u16);
+    }
+    if !info.is_dir() {
+        ctx.problems.unfixable(&format!(
+            "Inode {ino} has {} links, more than a link count holds.",
+            info.counted
+        ));
+        return None;
+    }
+    if !dir_nlink(ctx) {
+        let msg = "Directory exceeds max links, but no DIR_NLINK feature in superblock.\n";
+        if !ctx.problems.ask(msg, "Fix") {
+            return None;
+        }
+        ctx.sb.s_feature_ro_compat |= crate::format::superblock::feature::RO_COMPAT_DIR_NLINK;
+        ctx.sb_dirty = true;
+    }
+    Some(1)
 }
 
 /// e2fsck's `disconnect_inode`. Returns whether the inode is still in use
