@@ -4,9 +4,9 @@
 //! Over FUSE the kernel marks every inode S_NOATIME and leaves atime to the
 //! filesystem; and with the page cache kept across opens, most reads never
 //! reach it. So the daemon counts an open for reading (and a directory's
-//! opendir) as the access: touch_atime's rules applied then. The FUSE
-//! layer drops the page cache on an open that moved atime, so that the read
-//! reaches the daemon and the kernel refreshes its copy of the attribute.
+//! opendir) as the access: touch_atime's rules applied then. When an open
+//! moved atime, the FUSE layer tells the kernel its cached attributes are
+//! stale (the pages stay cached).
 //! See docs/ARCHITECTURE.md ("Access times").
 
 use crate::format::inode::{flags, Timestamp};
@@ -47,12 +47,14 @@ impl AtimePolicy {
         (atime, mtime, ctime): (Timestamp, Timestamp, Timestamp),
         now: Timestamp,
     ) -> bool {
-        if is_dir && self.nodiratime {
+        // The kernel's clock is coarse: an access in the same tick as the
+        // last one changes nothing (atime_needs_update's equality test).
+        if (is_dir && self.nodiratime) || atime == now {
             return false;
         }
         match self.mode {
             AtimeMode::Never => false,
-            AtimeMode::Strict => atime != now,
+            AtimeMode::Strict => true,
             AtimeMode::Relatime => {
                 atime <= mtime || atime <= ctime || now.sec - atime.sec >= RELATIME_MAX_AGE
             }
@@ -112,6 +114,8 @@ mod tests {
         assert!(p.needs_update(false, (t(105), t(100), t(100)), t(105 + 86_400)));
         // Changed at 120 (ctime): the next read does.
         assert!(p.needs_update(false, (t(105), t(100), t(120)), t(130)));
+        // In the same clock tick as the write: nothing to change.
+        assert!(!p.needs_update(false, (t(100), t(100), t(100)), t(100)));
     }
 
     #[test]

@@ -706,3 +706,16 @@ impl<H: Handler> fuser::Filesystem for FuserAdapter<H> {
         self.run(req, op, Fuser(reply));
     }
 }
+
+/// [`KernelCache`] through fuser's notifier (FUSE_NOTIFY_INVAL_INODE with a
+/// negative offset: attributes only, the page cache kept).
+pub struct FuserKernelCache(pub fuser::Notifier);
+
+impl KernelCache for FuserKernelCache {
+    fn attributes_changed(&self, ino: NodeId) {
+        if let Err(e) = self.0.inval_inode(INodeNo(ino), -1, 0) {
+            // ENOENT: the kernel no longer has the inode, so nothing stale.
+            tracing::debug!(ino, "attribute invalidation not sent: {e}");
+        }
+    }
+}

@@ -127,6 +127,9 @@ pub struct JbdFuse {
     open_flags: u32,
     /// The mount's atime options (see src/fs/atime.rs).
     atime: AtimePolicy,
+    /// Tells the kernel its cached attributes went stale. [set once, at
+    /// mount]
+    kernel: std::sync::OnceLock<Arc<dyn KernelCache>>,
 }
 
 impl JbdFuse {
@@ -136,6 +139,7 @@ impl JbdFuse {
             fsync_runners: runners::Runners::new("jbdfs-fsync", MAX_FSYNC_RUNNERS),
             open_flags: FOPEN_KEEP_CACHE,
             atime: AtimePolicy::default(),
+            kernel: std::sync::OnceLock::new(),
         }
     }
 
@@ -459,13 +463,17 @@ impl JbdFuse {
             .and_then(|how| self.fs.open(ext).map(|()| how));
         let reads = flags & libc::O_ACCMODE != libc::O_WRONLY;
         self.done(opened, |how| {
-            let mut flags = self.open_flags_for(how.sync);
-            // The cache goes when atime moved, so the read reaches the
-            // daemon and the kernel refreshes its copy of atime after it.
+            // The kernel keeps the pages, and is told that its copy of the
+            // attributes (atime) is stale when the access moved atime.
             if reads && self.accessed(ext) {
-                flags &= !FOPEN_KEEP_CACHE;
+                if let Some(k) = self.kernel.get() {
+                    k.attributes_changed(ino);
+                }
             }
-            Answer::Open(OpenOut { fh: 0, flags })
+            Answer::Open(OpenOut {
+                fh: 0,
+                flags: self.open_flags_for(how.sync),
+            })
         })
     }
 
@@ -620,6 +628,10 @@ impl JbdFuse {
 }
 
 impl Handler for JbdFuse {
+    fn set_kernel_cache(&self, kernel: Arc<dyn KernelCache>) {
+        let _ = self.kernel.set(kernel);
+    }
+
     fn dispatch(&self, ctx: &Ctx, op: Op<'_>, reply: impl Responder) {
         let _s = tracing::debug_span!(
             "request",

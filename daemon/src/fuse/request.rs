@@ -6,6 +6,7 @@
 //! [`Handler`] with a [`Responder`], and turns the [`Answer`] back into the
 //! kernel's bytes. What an operation *does* lives once, in the handler.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 pub use fuser::Errno;
@@ -432,8 +433,17 @@ pub trait Responder: Send + 'static {
 
 /// What serves requests: jbdfs's [`super::JbdFuse`], or the no-storage
 /// floor of examples/fuse_floor.rs.
+/// What a handler may tell the kernel outside a reply (FUSE notifications,
+/// which travel over /dev/fuse whatever the transport).
+pub trait KernelCache: Send + Sync {
+    /// The kernel's cached attributes of `ino` are stale (not its pages).
+    fn attributes_changed(&self, ino: NodeId);
+}
+
 pub trait Handler: Send + Sync + 'static {
     fn dispatch(&self, ctx: &Ctx, op: Op<'_>, reply: impl Responder);
+    /// Hands the handler the way to the kernel's caches, once mounted.
+    fn set_kernel_cache(&self, _kernel: Arc<dyn KernelCache>) {}
     /// FORGET and BATCH_FORGET: the kernel dropped `nlookup` references.
     fn forget(&self, ino: NodeId, nlookup: u64);
     /// The session ended (FUSE_DESTROY, or the device closed).

@@ -102,6 +102,9 @@ pub fn mount<H: Handler>(
     let adapter = FuserAdapter::new(handler.clone(), wants);
     let negotiated = adapter.negotiated();
     let session = fuser::Session::new(adapter, mountpoint, config)?;
+    handler.set_kernel_cache(Arc::new(super::fuser_adapter::FuserKernelCache(
+        session.notifier(),
+    )));
     if want_rings.is_some() && !negotiated.io_uring.load(Ordering::Acquire) {
         let why = "the kernel did not offer FUSE_OVER_IO_URING at FUSE_INIT";
         match asked {
