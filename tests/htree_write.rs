@@ -251,3 +251,62 @@ fn every_superblock_hash_signed_and_unsigned() {
         }
     }
 }
+
+/// The issue's benchmark, in process (`cargo test --release --test
+/// htree_write -- --ignored --nocapture`): create, then stat, 1,000,000
+/// names in one directory through jbdfs, then stat them all through
+/// Linux on the directory jbdfs indexed. Prints the times.
+#[test]
+#[ignore]
+fn million_names_benchmark() {
+    use std::time::Instant;
+    const N: usize = 1_000_000;
+    let img = image("htree-million", 4096, N, &[]);
+    let fs = mount(&img.path);
+    let (big, _) = fs.mkdir(ROOT, b"big", 0o755, ME).unwrap();
+    let nm = |i: usize| format!("file-{i:07}");
+    let t = Instant::now();
+    for i in 0..N {
+        fs.mknod(big, nm(i).as_bytes(), 0o100644, 0, ME).unwrap();
+    }
+    let create = t.elapsed();
+    let t = Instant::now();
+    for i in 0..N {
+        fs.lookup(big, nm((i * 7919) % N).as_bytes()).unwrap();
+    }
+    let lookup = t.elapsed();
+    fs.unmount().unwrap();
+    drop(fs);
+    let t = Instant::now();
+    let fs = mount(&img.path);
+    fs.lookup(big, nm(N / 2).as_bytes()).unwrap();
+    let first = t.elapsed();
+    fs.unmount().unwrap();
+    drop(fs);
+    eprintln!(
+        "jbdfs (library): create {N}: {:.1} s ({:.1} us each); lookup: {:.2} us each; \
+         first lookup after mount (index built): {:.2} s",
+        create.as_secs_f64(),
+        create.as_secs_f64() * 1e6 / N as f64,
+        lookup.as_secs_f64() * 1e6 / N as f64,
+        first.as_secs_f64()
+    );
+    assert_e2fsck_clean(&img.path, "a million names");
+    assert!(is_indexed(&img.path, "/big"));
+    if loop_mounts_available().is_err() {
+        return;
+    }
+    let _guard = LOOP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = LoopMount::mount(&img.path).unwrap_or_else(|o| panic!("{}", o.describe()));
+    let dir = m.path().join("big");
+    let t = Instant::now();
+    for i in 0..N {
+        std::fs::symlink_metadata(dir.join(nm((i * 7919) % N))).unwrap();
+    }
+    let linux = t.elapsed();
+    eprintln!(
+        "Linux ext3 on the directory jbdfs built: stat {:.2} us each",
+        linux.as_secs_f64() * 1e6 / N as f64
+    );
+    m.umount().expect_ok();
+}
