@@ -261,7 +261,12 @@ fn every_superblock_hash_signed_and_unsigned() {
 fn million_names_benchmark() {
     use std::time::Instant;
     const N: usize = 1_000_000;
-    let img = image("htree-million", 4096, N, &[]);
+    let opts = MkfsOptions {
+        block_size: Some(4096),
+        inodes_count: Some(N as u64 + 4096),
+        ..Default::default()
+    };
+    let img = jbdfs_image_with("htree-million", opts, 4 << 30);
     let fs = mount(&img.path);
     let (big, _) = fs.mkdir(ROOT, b"big", 0o755, ME).unwrap();
     let nm = |i: usize| format!("file-{i:07}");
