@@ -655,9 +655,7 @@ mod tests {
 
     #[test]
     fn equal_hashes_across_a_split_set_the_continued_bit() {
-        // Names that hash alike: the legacy hash of "" vs itself is not
-        // useful, so force it with a tiny fake: entries with the same name
-        // length and bytes hash alike.
+        // Equal names hash alike: a run of them straddles the split point.
         let hs = hash();
         let mut entries: Vec<_> = (0..10).map(|_| entry(7)).collect();
         entries.push(entry(8));
