@@ -27,6 +27,18 @@ fn image(size: u64, block_size: u32) -> Arc<MemoryDevice> {
     )
 }
 
+/// An image whose directories stay linear (no dir_index).
+fn linear_image(size: u64, block_size: u32) -> Arc<MemoryDevice> {
+    mem_image(
+        size,
+        &MkfsOptions {
+            block_size: Some(block_size),
+            features: vec!["^dir_index".into()],
+            ..Default::default()
+        },
+    )
+}
+
 fn assert_clean(mem: &MemoryDevice, what: &str) {
     let img = to_file(&mem.snapshot(), "atomicity");
     common::assert_e2fsck_clean(&img.path, what);
@@ -376,7 +388,7 @@ fn mkdir_and_slow_symlink_with_one_free_block_change_nothing() {
 /// not stay allocated when the data block cannot be had.
 #[test]
 fn a_directory_insert_needing_an_indirect_block_changes_nothing() {
-    let mem = image(16 << 20, 1024);
+    let mem = linear_image(16 << 20, 1024);
     let fs = mount_mem(&mem);
     let (d, _) = fs.mkdir(ROOT, b"d", 0o755, ME).unwrap();
     let (x, _) = fs.mknod(ROOT, b"x", 0o100644, 0, ME).unwrap();
@@ -544,4 +556,37 @@ fn a_failed_insert_keeps_the_htree_flag() {
     );
     fs.unmount().unwrap();
     assert_clean(&mem, "after a failed link into an htree directory");
+}
+
+/// An indexed directory on a full disk: a name whose leaf is full needs a
+/// new block for the split. Such a create fails with ENOSPC and changes
+/// nothing; names whose leaf has room still go in.
+#[test]
+fn an_htree_split_without_a_free_block_changes_nothing() {
+    let mem = image(16 << 20, 1024);
+    let fs = mount_mem(&mem);
+    let (d, _) = fs.mkdir(ROOT, b"d", 0o755, ME).unwrap();
+    let (x, _) = fs.mknod(ROOT, b"x", 0o100644, 0, ME).unwrap();
+    for i in 0..2000 {
+        fs.link(x, d, format!("n{i:07}").as_bytes()).unwrap();
+    }
+    fill(&fs);
+    let all = [d, x, ROOT];
+    let dirs = [d];
+    let (mut ok, mut failed) = (0, 0);
+    for i in 0..3000 {
+        let before = state(&fs, &all, &dirs);
+        match fs.link(x, d, format!("m{i:07}").as_bytes()) {
+            Ok(_) => ok += 1,
+            Err(e) => {
+                assert!(matches!(e, FsError::NoSpace), "{e:?}");
+                let after = state(&fs, &all, &dirs);
+                assert!(after == before, "{}", differences(&before, &after));
+                failed += 1;
+            }
+        }
+    }
+    assert!(ok > 0 && failed > 0, "{ok} went in, {failed} failed");
+    fs.unmount().unwrap();
+    assert_clean(&mem, "after creates in a full htree directory failed");
 }

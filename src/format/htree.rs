@@ -107,6 +107,25 @@ pub fn dx_limit(block_size: usize, off: usize) -> usize {
     block_size.saturating_sub(off) / DX_ENTRY_SIZE
 }
 
+/// Writes a whole table at `off`: `entries` (entry 0's hash is not
+/// stored), then the countlimit over entry 0's hash with the limit the
+/// block allows. The caller keeps `entries` within that limit.
+pub fn write_dx_table(block: &mut [u8], off: usize, entries: &[(u32, u32)]) {
+    let limit = dx_limit(block.len(), off);
+    debug_assert!(!entries.is_empty() && entries.len() <= limit);
+    for (i, &(hash, blk)) in entries.iter().enumerate() {
+        set_dx_entry(block, off, i, hash, blk);
+    }
+    set_dx_countlimit(
+        block,
+        off,
+        DxCountLimit {
+            limit: limit as u16,
+            count: entries.len() as u16,
+        },
+    );
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -155,5 +174,19 @@ mod tests {
         );
         assert_eq!(dx_entry(&b, 32, 0).map(|e| e.1), Some(3));
         assert_eq!(dx_entry(&b, 32, 1), Some((0x100, 7)));
+    }
+
+    #[test]
+    fn a_written_table_reads_back() {
+        let mut b = vec![0u8; 1024];
+        write_dx_table(
+            &mut b,
+            DX_NODE_ENTRIES_OFFSET,
+            &[(0, 1), (0x10, 2), (0x21, 3)],
+        );
+        let cl = dx_countlimit(&b, DX_NODE_ENTRIES_OFFSET).unwrap();
+        assert_eq!((cl.limit, cl.count), (127, 3));
+        assert_eq!(dx_entry(&b, 8, 0).map(|e| e.1), Some(1));
+        assert_eq!(dx_entry(&b, 8, 2), Some((0x21, 3)));
     }
 }

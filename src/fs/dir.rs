@@ -3,10 +3,11 @@
 //! blocks, with an in-memory name index per directory so that lookups and
 //! creates in a directory of 100,000 entries cost the same as in one of ten.
 //!
-//! Indexed (htree) directories written by Linux are read linearly: their
-//! index blocks look like empty entry blocks. Before jbdfs changes one, it
-//! clears `EXT2_INDEX_FL`, which leaves a valid linear directory that
-//! e2fsck accepts.
+//! Indexed (htree) directories are read linearly here (their index blocks
+//! look like empty entry blocks); names are added to them through the
+//! index (htree.rs), and a directory that outgrows its first block is
+//! indexed, when the filesystem has `dir_index`. Without it, the first
+//! change to a directory still flagged indexed clears `EXT2_INDEX_FL`.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -44,6 +45,11 @@ impl DirIndex {
     pub fn get(&self, name: &[u8]) -> Option<DirSlot> {
         self.names.get(name).copied()
     }
+
+    /// Forgets the room of blocks from `len` on (an undone growth).
+    pub(crate) fn truncate_room(&mut self, len: usize) {
+        self.room.truncate(len);
+    }
 }
 
 /// One listed entry, with the cookie that resumes after it.
@@ -57,7 +63,7 @@ pub struct ListedEntry {
 }
 
 /// The longest new entry that fits in `block`.
-fn block_room(block: &[u8]) -> u32 {
+pub(crate) fn block_room(block: &[u8]) -> u32 {
     dirent::iter_block(block, None)
         .filter_map(|e| e.ok())
         .map(|e| e.rec_len - e.used_len())
@@ -127,10 +133,37 @@ impl Filesystem {
         Ok(self.ensure_index(dir, st)?.names.get(name).copied())
     }
 
-    /// Clears the htree flag before the first change, so the stale index
-    /// is never trusted.
+    /// Clears the htree flag where the filesystem has no `dir_index` (or
+    /// the index is unusable), so a stale index is never trusted.
     fn drop_htree(&self, st: &mut InodeState) {
-        st.disk.i_flags &= !EXT2_INDEX_FL;
+        if st.disk.i_flags & EXT2_INDEX_FL != 0 && !self.has_dir_index() {
+            st.disk.i_flags &= !EXT2_INDEX_FL;
+        }
+    }
+
+    /// Records in the name index that block `block` now has `room`, and
+    /// that `names` live in it.
+    pub(crate) fn dir_index_note(
+        &self,
+        st: &mut InodeState,
+        block: u32,
+        room: u32,
+        names: &[(&[u8], InodeNo, u8)],
+    ) {
+        let Some(idx) = st.dir_index.as_mut() else {
+            return;
+        };
+        if let Some(r) = idx.room.get_mut(block as usize) {
+            *r = room;
+        }
+        for &(name, ino, file_type) in names {
+            let slot = DirSlot {
+                ino,
+                file_type,
+                block,
+            };
+            idx.names.insert(name.to_vec(), slot);
+        }
     }
 
     /// Adds `name -> ino` to `dir`, growing the directory by a block when
@@ -150,15 +183,39 @@ impl Filesystem {
             return Err(FsError::NameTooLong);
         }
         let need = dirent::rec_len_for(name.len()) as u32;
-        let idx = self.ensure_index(dir, st)?;
-        if idx.names.contains_key(name) {
+        if self.ensure_index(dir, st)?.names.contains_key(name) {
             return Err(FsError::Exists);
         }
+        if st.disk.i_flags & EXT2_INDEX_FL != 0 && self.has_dir_index() {
+            if self.dx_add(h, dir, st, name, ino, file_type)? {
+                return Ok(());
+            }
+            // ext3's dx_fallback: the index is unusable, read and grow
+            // the directory linearly from now on.
+            st.disk.i_flags &= !EXT2_INDEX_FL;
+        }
+        let idx = self.ensure_index(dir, st)?;
         let candidate = (idx.hint..idx.room.len())
             .chain(0..idx.hint)
             .find(|&b| idx.room[b] >= need);
         let (block, grown) = match candidate {
             Some(b) => (b as u32, None),
+            None if idx.room.len() == 1
+                && st.disk.i_flags & EXT2_INDEX_FL == 0
+                && self.has_dir_index()
+                && self.make_indexed_dir(h, dir, st)? =>
+            {
+                return match self.dx_add(h, dir, st, name, ino, file_type)? {
+                    true => Ok(()),
+                    false => Err(FsError::corrupt(
+                        Location::Inode(dir),
+                        "directory",
+                        "logical block",
+                        0u32,
+                        "the index just made is unusable",
+                    )),
+                };
+            }
             None => {
                 let saved = (st.disk.clone(), st.last_alloc);
                 let (b, new) = self.dir_grow(h, dir, st)?;
@@ -215,7 +272,7 @@ impl Filesystem {
         }
         h.dirty_metadata(&buf)?;
         // Only now that the entry is in: a failure before it must not
-        // cost a Linux htree directory its index flag.
+        // cost an htree directory its index flag.
         self.drop_htree(st);
         let idx = self.ensure_index(dir, st)?;
         idx.room[block as usize] = room;
@@ -234,7 +291,7 @@ impl Filesystem {
     /// Appends an empty block to a directory and returns its index, and
     /// what was allocated for it (for an undo). On failure nothing is
     /// allocated and the directory is as it was.
-    fn dir_grow(
+    pub(crate) fn dir_grow(
         &self,
         h: &mut Handle<'_>,
         dir: InodeNo,

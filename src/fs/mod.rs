@@ -12,6 +12,7 @@ pub mod dir;
 pub mod error;
 pub mod file;
 pub mod flags;
+pub mod htree;
 pub mod ialloc;
 pub mod inode;
 pub mod mount;
