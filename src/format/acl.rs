@@ -360,7 +360,8 @@ impl Acl {
                 t => return Err(FormatError::bad_field(ACL, "e_tag", t, "unknown tag")),
             }
         }
-        let missing = || FormatError::bad_field(ACL, "entries", 0u64, "a required entry is missing");
+        let missing =
+            || FormatError::bad_field(ACL, "entries", 0u64, "a required entry is missing");
         let user = user.ok_or_else(missing)?;
         let other = other.ok_or_else(missing)?;
         let group = mask.or(group).ok_or_else(missing)?;
@@ -513,7 +514,11 @@ mod tests {
     #[test]
     fn validity_is_the_kernels() {
         let ok = [
-            acl(&[(ACL_USER_OBJ, 6, 0), (ACL_GROUP_OBJ, 4, 0), (ACL_OTHER, 4, 0)]),
+            acl(&[
+                (ACL_USER_OBJ, 6, 0),
+                (ACL_GROUP_OBJ, 4, 0),
+                (ACL_OTHER, 4, 0),
+            ]),
             acl(&[
                 (ACL_USER_OBJ, 6, 0),
                 (ACL_USER, 6, 1),
@@ -544,7 +549,11 @@ mod tests {
             // Missing other.
             acl(&[(ACL_USER_OBJ, 6, 0), (ACL_GROUP_OBJ, 4, 0)]),
             // Out of order.
-            acl(&[(ACL_GROUP_OBJ, 4, 0), (ACL_USER_OBJ, 6, 0), (ACL_OTHER, 4, 0)]),
+            acl(&[
+                (ACL_GROUP_OBJ, 4, 0),
+                (ACL_USER_OBJ, 6, 0),
+                (ACL_OTHER, 4, 0),
+            ]),
             // Repeated owner.
             acl(&[
                 (ACL_USER_OBJ, 6, 0),
@@ -553,7 +562,11 @@ mod tests {
                 (ACL_OTHER, 4, 0),
             ]),
             // Bits beyond rwx.
-            acl(&[(ACL_USER_OBJ, 8, 0), (ACL_GROUP_OBJ, 4, 0), (ACL_OTHER, 4, 0)]),
+            acl(&[
+                (ACL_USER_OBJ, 8, 0),
+                (ACL_GROUP_OBJ, 4, 0),
+                (ACL_OTHER, 4, 0),
+            ]),
             // Entries after other.
             acl(&[
                 (ACL_USER_OBJ, 6, 0),
