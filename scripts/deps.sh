@@ -25,6 +25,7 @@ fuse3          fusermount3 mount.fuse3
 libfuse3-dev   -
 pkg-config     pkg-config
 e2fsprogs      mke2fs e2fsck debugfs dumpe2fs
+acl            setfacl getfacl
 xfsprogs       mkfs.xfs
 fuse2fs        fuse2fs
 fsmark         fs_mark

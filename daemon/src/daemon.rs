@@ -58,6 +58,8 @@ pub struct DaemonConfig {
     pub devsim: Option<jbdfs::device::DevSimParams>,
     /// -o max_map=N (`u32::MAX` when not given).
     pub max_map: u32,
+    /// -o acl / -o noacl (`None`: the superblock's default mount options).
+    pub acl: Option<bool>,
 }
 
 /// Opens the backing store and mounts the filesystem in-process.
@@ -121,6 +123,7 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
         // A daemon told errors=panic stops as a crashed machine would.
         panic_action: jbdfs::fs::error::PanicAction::ExitProcess,
         max_map: cfg.max_map,
+        acl: cfg.acl,
     };
     let fs = Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
         let src = cfg.source.display();

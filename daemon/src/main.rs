@@ -37,6 +37,8 @@ jbdfs options (-o):
   commit=SECS                      periodic commit interval (0: default 5)
   barrier[=0|1], nobarrier         flush around commit blocks
   errors=continue|remount-ro|panic
+  acl, noacl                       POSIX ACLs on or off (default: the superblock's
+                                   default mount options; mke2fs and mkfs.jbdfs set acl)
   cache_size=BYTES[K|M|G]          buffer cache size
   threads=N                        FUSE worker threads (1-1024, default 8)
   direct                           O_DIRECT on the backing store
@@ -153,6 +155,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             .transpose()
             .map_err(anyhow::Error::msg)?,
         max_map: opts.max_map.filter(|&n| n > 0).unwrap_or(u32::MAX),
+        acl: opts.acl,
     };
     daemon::check_mountable(&cfg)?;
     if foreground {

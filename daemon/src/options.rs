@@ -203,6 +203,10 @@ pub struct MountOptions {
     pub dirsync: bool,
     /// All writes are synchronous.
     pub sync: bool,
+    /// POSIX ACLs: `Some(true)` with `-o acl`, `Some(false)` with
+    /// `-o noacl`, `None` to follow the superblock's default mount options
+    /// (mke2fs sets `acl` there), as ext3 does.
+    pub acl: Option<bool>,
     /// Generic FUSE/VFS options in the order given, with overridden ones removed.
     pub generic: Vec<String>,
     /// Accepted options that have no effect here (fstab, systemd, SELinux, ext3
@@ -257,6 +261,7 @@ impl Default for MountOptions {
             io_uring_q_depth: DEFAULT_IO_URING_Q_DEPTH,
             dirsync: false,
             sync: false,
+            acl: None,
             generic: Vec::new(),
             ignored: Vec::new(),
         }
@@ -303,9 +308,9 @@ const SELINUX: &[&str] = &[
     "seclabel",
 ];
 
-/// ext3 options accepted so ext3 fstab lines mount; jbdfs has no ACLs and
-/// does not distinguish user xattrs.
-const EXT3_NO_EFFECT: &[&str] = &["user_xattr", "nouser_xattr", "acl", "noacl"];
+/// ext3 options accepted so ext3 fstab lines mount; jbdfs does not
+/// distinguish user xattrs.
+const EXT3_NO_EFFECT: &[&str] = &["user_xattr", "nouser_xattr"];
 
 impl MountOptions {
     /// Parses the arguments of one or more `-o` flags, each comma-separated.
@@ -340,7 +345,8 @@ impl MountOptions {
         Err(OptionError::Unknown(key.to_string()))
     }
 
-    /// Options of the journal layer; false if `key` is not one of them.
+    /// Options of the journal and filesystem layers; false if `key` is not
+    /// one of them.
     fn apply_journal(&mut self, key: &str, value: Option<&str>) -> Result<bool, OptionError> {
         match key {
             "data" => self.data = choice(key, value, DataMode::from_option, DataMode::EXPECTED)?,
@@ -351,6 +357,8 @@ impl MountOptions {
             "commit" => self.commit = commit_interval(key, value)?,
             "barrier" => self.barrier = barrier(key, value)?,
             "nobarrier" => self.barrier = !flag(key, value)?,
+            "acl" => self.acl = Some(flag(key, value)?),
+            "noacl" => self.acl = Some(!flag(key, value)?),
             "errors" => {
                 self.errors = choice(
                     key,
@@ -823,11 +831,22 @@ mod tests {
     fn ignored_options_are_accepted_but_not_passed_on() {
         let s = "defaults,_netdev,nofail,auto,noauto,user,nouser,users,comment=x,\
                  x-systemd.automount,x-systemd.device-timeout=10s,x-gvfs-show,\
-                 user_xattr,nouser_xattr,acl,noacl,context=system_u:object_r:tmp_t:s0,\
+                 user_xattr,nouser_xattr,context=system_u:object_r:tmp_t:s0,\
                  fscontext=a,defcontext=b,rootcontext=c,seclabel";
         let o = parse(s);
         assert!(o.fuse_generic().is_empty());
         assert_eq!(o.ignored, s.split(',').collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn acl_and_noacl_as_ext3() {
+        assert_eq!(parse("").acl, None);
+        assert_eq!(parse("acl").acl, Some(true));
+        assert_eq!(parse("noacl").acl, Some(false));
+        assert_eq!(parse("noacl,acl").acl, Some(true));
+        assert_eq!(parse("acl,noacl").acl, Some(false));
+        let o = parse("acl");
+        assert!(o.fuse_generic().is_empty() && o.ignored.is_empty());
     }
 
     #[test]

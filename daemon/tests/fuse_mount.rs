@@ -109,6 +109,7 @@ impl Mounted {
             record: None,
             devsim: None,
             max_map: u32::MAX,
+            acl: None,
         };
         adjust(&mut cfg);
         let transport_used = cfg.transport;

@@ -5,6 +5,7 @@
 //! parser checks the buffer length first and validates what it reads, returning
 //! a [`FormatError`] that names the structure and field instead of panicking.
 
+pub mod acl;
 pub mod bytes;
 pub mod dirent;
 pub mod extent;

@@ -47,7 +47,8 @@ const PREFIXES: &[(u8, &[u8])] = &[
     (EXT2_XATTR_INDEX_SYSTEM, b"system."),
 ];
 
-fn is_acl(index: u8) -> bool {
+/// Whether a name index is one of the two POSIX ACLs.
+pub fn is_acl(index: u8) -> bool {
     matches!(
         index,
         EXT2_XATTR_INDEX_POSIX_ACL_ACCESS | EXT2_XATTR_INDEX_POSIX_ACL_DEFAULT

@@ -4,6 +4,7 @@
 //! Nothing here knows FUSE. Operations take inode numbers and return
 //! [`FsError`], which the FUSE adapter maps to errno in one place.
 
+pub mod acl;
 pub mod atime;
 pub mod balloc;
 pub mod bmap;

@@ -37,6 +37,9 @@ pub struct MountConfig {
     /// `-o max_map=N`: blocks one block-map call may map (1 forces
     /// single-block mapping, for the A/B); `u32::MAX` is no limit.
     pub max_map: u32,
+    /// `-o acl` / `-o noacl`: POSIX ACLs on or off; `None` takes the
+    /// superblock's default mount options (mke2fs sets `acl`), as ext3.
+    pub acl: Option<bool>,
 }
 
 impl Default for MountConfig {
@@ -51,6 +54,7 @@ impl Default for MountConfig {
             errors: Default::default(),
             panic_action: Default::default(),
             max_map: u32::MAX,
+            acl: None,
         }
     }
 }
@@ -100,6 +104,8 @@ pub struct Filesystem {
     /// Per-inode allocation windows and read patterns (see bmap.rs).
     pub(crate) reservations: super::balloc::Reservations,
     pub(crate) readahead: super::readahead::ReadPatterns,
+    /// POSIX ACLs are on (see acl.rs).
+    pub(crate) posix_acl: bool,
 }
 
 /// Reads and validates the primary superblock.
@@ -263,6 +269,9 @@ impl Filesystem {
         let data =
             super::data::DataQueue::start(dev.clone(), block_size as usize, order, data_limit)?;
         let groups = sb.group_count();
+        let posix_acl = config
+            .acl
+            .unwrap_or(sb.s_default_mount_opts & super::acl::EXT3_DEFM_ACL != 0);
         let fs = Arc::new(Filesystem {
             journal: Arc::new(Journal::new(cache.clone())),
             dev,
@@ -287,6 +296,7 @@ impl Filesystem {
             max_map: config.max_map.max(1),
             reservations: Default::default(),
             readahead: Default::default(),
+            posix_acl,
         });
         fs.errors.attach_journal(&fs.journal);
         if fs.data_journal {

@@ -205,7 +205,8 @@ impl Filesystem {
         GEN.fetch_add(1, Ordering::Relaxed).wrapping_add(seed)
     }
 
-    /// mknod/create: a regular file, fifo, socket or device node.
+    /// mknod/create: a regular file, fifo, socket or device node, with
+    /// `mode` as given (or as the parent's default ACL masks it).
     pub fn mknod(
         &self,
         parent: InodeNo,
@@ -213,6 +214,20 @@ impl Filesystem {
         mode: u16,
         rdev: u32,
         who: Caller,
+    ) -> Result<(InodeNo, Inode)> {
+        self.mknod_umask(parent, name, mode, rdev, who, 0)
+    }
+
+    /// [`Self::mknod`] with the caller's umask, which applies unless the
+    /// parent has a default ACL (posix_acl_create; see acl.rs).
+    pub fn mknod_umask(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        mode: u16,
+        rdev: u32,
+        who: Caller,
+        umask: u16,
     ) -> Result<(InodeNo, Inode)> {
         self.check_writable()?;
         Self::check_name(name)?;
@@ -224,7 +239,8 @@ impl Filesystem {
         ) {
             return Err(FsError::Invalid("mknod of this file type"));
         }
-        self.create_entry(parent, name, kind | (mode & 0o7777), who, |_, _, _, st| {
+        let mode = kind | (mode & 0o7777);
+        self.create_entry(parent, name, mode, who, umask, |_, _, _, st| {
             if kind == fi::S_IFCHR || kind == fi::S_IFBLK {
                 st.disk.set_rdev(
                     libc::major(rdev as libc::dev_t),
@@ -243,6 +259,7 @@ impl Filesystem {
         name: &[u8],
         mode: u16,
         who: Caller,
+        umask: u16,
         init: impl FnOnce(&Self, &mut Handle<'_>, InodeNo, &mut InodeState) -> Result<()>,
     ) -> Result<(InodeNo, Inode)> {
         let dir = self.iget(parent)?;
@@ -262,7 +279,7 @@ impl Filesystem {
             return Err(FsError::TooManyLinks);
         }
         let mut h = self.start_dirop(&dst.disk)?;
-        let res = self.create_in(&mut h, parent, &mut dst, name, mode, who, init);
+        let res = self.create_in(&mut h, parent, &mut dst, name, (mode, umask), who, init);
         let stop = h.stop();
         let out = res?;
         stop?;
@@ -276,7 +293,7 @@ impl Filesystem {
         parent: InodeNo,
         dst: &mut InodeState,
         name: &[u8],
-        mode: u16,
+        (mode, umask): (u16, u16),
         who: Caller,
         init: impl FnOnce(&Self, &mut Handle<'_>, InodeNo, &mut InodeState) -> Result<()>,
     ) -> Result<(InodeNo, Inode)> {
@@ -289,6 +306,11 @@ impl Filesystem {
         // slot as it was, and only the blocks and the inode number taken
         // so far are to be given back.
         let undo = |fs: &Self, h: &mut Handle<'_>, st: &mut InodeState| {
+            if st.disk.i_file_acl != 0 {
+                if let Err(e) = fs.xattr_release_block(h, ino, st) {
+                    tracing::error!(inode = ino.0, "undoing a failed create: {e}");
+                }
+            }
             if let Err(e) = fs.free_blocks_from_in_handle(h, ino, st, 0) {
                 tracing::error!(inode = ino.0, "undoing a failed create: {e}");
             }
@@ -296,6 +318,12 @@ impl Filesystem {
                 tracing::error!(inode = ino.0, "undoing a failed create: {e}");
             }
         };
+        // The mode the umask or the parent's default ACL leaves, and the
+        // inherited ACLs (acl.rs).
+        if let Err(e) = self.init_acl(h, parent, dst, ino, &mut st, umask) {
+            undo(self, h, &mut st);
+            return Err(e);
+        }
         if let Err(e) = init(self, h, ino, &mut st) {
             undo(self, h, &mut st);
             return Err(e);
@@ -331,10 +359,23 @@ impl Filesystem {
         mode: u16,
         who: Caller,
     ) -> Result<(InodeNo, Inode)> {
+        self.mkdir_umask(parent, name, mode, who, 0)
+    }
+
+    /// [`Self::mkdir`] with the caller's umask, which applies unless the
+    /// parent has a default ACL (posix_acl_create; see acl.rs).
+    pub fn mkdir_umask(
+        &self,
+        parent: InodeNo,
+        name: &[u8],
+        mode: u16,
+        who: Caller,
+        umask: u16,
+    ) -> Result<(InodeNo, Inode)> {
         self.check_writable()?;
         Self::check_name(name)?;
         let mode = fi::S_IFDIR | (mode & 0o7777);
-        self.create_entry(parent, name, mode, who, |fs, h, ino, st| {
+        self.create_entry(parent, name, mode, who, umask, |fs, h, ino, st| {
             st.disk.i_links_count = 2;
             fs.init_dir_block(h, ino, st, parent, who)
         })
@@ -375,7 +416,8 @@ impl Filesystem {
         if target.is_empty() || target.len() >= self.block_size as usize {
             return Err(FsError::NameTooLong);
         }
-        self.create_entry(parent, name, fi::S_IFLNK | 0o777, who, |fs, h, ino, st| {
+        let mode = fi::S_IFLNK | 0o777;
+        self.create_entry(parent, name, mode, who, 0, |fs, h, ino, st| {
             st.disk.i_size = target.len() as u64;
             if target.len() < fi::EXT2_FAST_SYMLINK_MAX {
                 st.disk.set_i_block_bytes(target);
@@ -577,6 +619,7 @@ impl Filesystem {
         }
         if let Some(mode) = a.mode {
             st.disk.i_mode = (st.disk.i_mode & fi::S_IFMT) | (mode & 0o7777);
+            self.acl_chmod(h, ino, st)?;
         }
         if let Some(uid) = a.uid {
             st.disk.i_uid = uid;

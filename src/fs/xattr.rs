@@ -10,6 +10,7 @@ use parking_lot::Mutex;
 
 use super::inode::InodeState;
 use super::{Filesystem, FsError, Result};
+use crate::format::acl::AclType;
 use crate::format::inode::Inode;
 use crate::format::xattr::{self as fx, Xattr};
 use crate::format::{BlockNo, Corruption, InodeNo, Location};
@@ -21,7 +22,7 @@ const REFCOUNT_MAX: u32 = 1024;
 /// Journal credits for an xattr change: the inode, the old and the new
 /// xattr block, and a bitmap, a descriptor and the superblock for each of
 /// an allocation and a free.
-const XATTR_CREDITS: u32 = 16;
+pub(super) const XATTR_CREDITS: u32 = 16;
 
 /// setxattr's XATTR_CREATE and XATTR_REPLACE.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -44,7 +45,11 @@ impl Filesystem {
     }
 
     /// The inode's attributes: (in the inode, in its block).
-    fn xattr_lists(&self, ino: InodeNo, st: &InodeState) -> Result<(Vec<Xattr>, Vec<Xattr>)> {
+    pub(super) fn xattr_lists(
+        &self,
+        ino: InodeNo,
+        st: &InodeState,
+    ) -> Result<(Vec<Xattr>, Vec<Xattr>)> {
         let ibody =
             fx::parse_ibody(st.disk.xattr_area()).map_err(|e| self.corrupt_xattr(ino, e))?;
         let block = match st.disk.i_file_acl {
@@ -62,6 +67,9 @@ impl Filesystem {
     }
 
     pub fn getxattr(&self, ino: InodeNo, name: &[u8]) -> Result<Vec<u8>> {
+        if let Some(kind) = AclType::of_name(name) {
+            return self.get_acl(ino, kind);
+        }
         let key = Xattr::from_full_name(name, Vec::new()).map_err(|_| FsError::NotSupported)?;
         let inode = self.iget(ino)?;
         let st = inode.state.read();
@@ -80,6 +88,9 @@ impl Filesystem {
         let (a, b) = self.xattr_lists(ino, &st)?;
         let mut out = Vec::new();
         for x in a.into_iter().chain(b) {
+            if !self.posix_acl && fx::is_acl(x.name_index) {
+                continue;
+            }
             if let Some(n) = x.full_name() {
                 out.extend_from_slice(&n);
                 out.push(0);
@@ -92,8 +103,11 @@ impl Filesystem {
         if name.len() > 255 {
             return Err(FsError::Range);
         }
+        if let Some(kind) = AclType::of_name(name) {
+            return self.set_acl(ino, kind, Some(value), mode, &|_| true);
+        }
         let new = Xattr::from_full_name(name, value.to_vec()).map_err(|_| FsError::NotSupported)?;
-        self.change_xattrs(ino, |list| {
+        self.change_xattrs(ino, |list, _| {
             let pos = list
                 .iter()
                 .position(|x| x.name_index == new.name_index && x.name == new.name);
@@ -108,8 +122,11 @@ impl Filesystem {
     }
 
     pub fn removexattr(&self, ino: InodeNo, name: &[u8]) -> Result<()> {
+        if let Some(kind) = AclType::of_name(name) {
+            return self.set_acl(ino, kind, None, SetMode::Either, &|_| true);
+        }
         let key = Xattr::from_full_name(name, Vec::new()).map_err(|_| FsError::NotSupported)?;
-        self.change_xattrs(ino, |list| {
+        self.change_xattrs(ino, |list, _| {
             let before = list.len();
             list.retain(|x| !(x.name_index == key.name_index && x.name == key.name));
             if list.len() == before {
@@ -120,14 +137,15 @@ impl Filesystem {
         })
     }
 
-    /// Applies `edit` to the inode's attributes. Whether they fit is
-    /// decided before anything changes, and the inode is changed on a copy
-    /// kept only on success: a set that fails (ENOSPC) leaves the inode,
-    /// its block and the share index as they were.
-    fn change_xattrs(
+    /// Applies `edit` to the inode's attributes (and, for ACLs, to the
+    /// inode itself: its mode). Whether they fit is decided before
+    /// anything changes, and the inode is changed on a copy kept only on
+    /// success: a set that fails (ENOSPC) leaves the inode, its block and
+    /// the share index as they were.
+    pub(super) fn change_xattrs(
         &self,
         ino: InodeNo,
-        edit: impl FnOnce(&mut Vec<Xattr>) -> Result<()>,
+        edit: impl FnOnce(&mut Vec<Xattr>, &mut Inode) -> Result<()>,
     ) -> Result<()> {
         if self.is_read_only() {
             return Err(FsError::ReadOnly);
@@ -135,25 +153,41 @@ impl Filesystem {
         let inode = self.iget(ino)?;
         let mut st = inode.state.write();
         super::flags::may_change_xattrs(&st.disk)?;
-        let (a, b) = self.xattr_lists(ino, &st)?;
-        let mut list: Vec<Xattr> = a.into_iter().chain(b).collect();
-        edit(&mut list)?;
-        let (ibody, block) = self.layout_xattrs(&st.disk, list)?;
-        let mut disk = st.disk.clone();
-        disk.set_xattr_area(&ibody);
         let mut h = self.journal.start(XATTR_CREDITS)?;
-        let res = self.store_block(&mut h, ino, &mut disk, block.as_deref());
-        if res.is_ok() {
-            // The block's changes are in the handle now: the inode must
-            // follow them even if its write fails.
-            let (sec, nsec) = crate::util::now();
-            disk.i_ctime = crate::format::inode::Timestamp { sec, nsec };
-            st.disk = disk;
-        }
-        let wrote = res.and_then(|()| self.write_inode(&mut h, ino, &st.disk));
+        let res = self
+            .apply_xattrs(&mut h, ino, &mut st, edit)
+            .and_then(|()| {
+                let (sec, nsec) = crate::util::now();
+                st.disk.i_ctime = crate::format::inode::Timestamp { sec, nsec };
+                self.write_inode(&mut h, ino, &st.disk)
+            });
         let stopped = h.stop();
-        wrote?;
+        res?;
         stopped?;
+        Ok(())
+    }
+
+    /// [`Self::change_xattrs`] inside the caller's handle, with the
+    /// inode's lock held: `st.disk` takes the new in-inode area, block
+    /// pointer (and whatever `edit` changed) only on success, and the
+    /// caller writes the inode.
+    pub(super) fn apply_xattrs(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        st: &mut InodeState,
+        edit: impl FnOnce(&mut Vec<Xattr>, &mut Inode) -> Result<()>,
+    ) -> Result<()> {
+        let (a, b) = self.xattr_lists(ino, st)?;
+        let mut list: Vec<Xattr> = a.into_iter().chain(b).collect();
+        let mut disk = st.disk.clone();
+        edit(&mut list, &mut disk)?;
+        let (ibody, block) = self.layout_xattrs(&disk, list)?;
+        disk.set_xattr_area(&ibody);
+        // The block's changes are in the handle once this succeeds: the
+        // inode must follow them even if its write fails.
+        self.store_block(h, ino, &mut disk, block.as_deref())?;
+        st.disk = disk;
         Ok(())
     }
 

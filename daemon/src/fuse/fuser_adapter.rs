@@ -213,6 +213,15 @@ impl<H: Handler> fuser::Filesystem for FuserAdapter<H> {
         // under -o direct_io, and on any mount the files with the sync
         // flag (chattr +S), which are opened that way.
         let mut wanted = WANTED_INIT_FLAGS | InitFlags::FUSE_DIRECT_IO_ALLOW_MMAP;
+        if self.handler.posix_acl() {
+            // The kernel then checks permissions against the ACLs it
+            // reads through GETXATTR (FUSE_POSIX_ACL implies
+            // default_permissions), and sends create modes unmasked with
+            // the umask beside them (FUSE_DONT_MASK): whether the umask
+            // applies depends on the parent's default ACL, which only the
+            // filesystem knows (fs/fuse/dir.c, posix_acl_create).
+            wanted |= InitFlags::FUSE_POSIX_ACL | InitFlags::FUSE_DONT_MASK;
+        }
         let offered = config.capabilities();
         let uring_offered = offered.contains(InitFlags::FUSE_OVER_IO_URING);
         if self.wants.io_uring && uring_offered {

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use jbdfs::format::acl::AclType;
 use jbdfs::format::inode::{Inode, Timestamp};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::atime::AtimePolicy;
@@ -282,9 +283,12 @@ impl JbdFuse {
         self.done(res, |i| Answer::Attr(self.attr(ext, &i)))
     }
 
-    /// mknod, mkdir and create: the mode as the caller's umask leaves it.
-    fn masked(mode: u32, umask: u32) -> u16 {
-        (mode & !(umask & 0o777)) as u16
+    /// mknod, mkdir and create: the umask's permission bits, which the
+    /// filesystem applies unless the parent's default ACL decides instead
+    /// (with FUSE_DONT_MASK the kernel leaves the mode to us; without it
+    /// the mode comes masked already, and masking again changes nothing).
+    fn umask(umask: u32) -> u16 {
+        (umask & 0o777) as u16
     }
 
     fn rename(&self, p: NodeId, name: &[u8], np: NodeId, newname: &[u8], flags: u32) -> Outcome {
@@ -394,21 +398,31 @@ impl JbdFuse {
         })
     }
 
-    fn setxattr(&self, ino: NodeId, name: &[u8], value: &[u8], flags: i32) -> Outcome {
+    fn setxattr(&self, ctx: &Ctx, ino: NodeId, name: &[u8], value: &[u8], flags: i32) -> Outcome {
         let mode = match flags {
             0 => SetMode::Either,
             libc::XATTR_CREATE => SetMode::Create,
             libc::XATTR_REPLACE => SetMode::Replace,
             _ => return Err(einval()),
         };
-        let res = self.fs.setxattr(to_ext3(ino), name, value, mode);
+        let res = match AclType::of_name(name) {
+            // The kernel sends a setfacl here (fuse_set_acl) and leaves the
+            // mode to us; whether the setgid bit survives depends on the
+            // caller, whom only this layer knows.
+            Some(kind) => {
+                let keep = |gid| keeps_sgid(ctx, gid);
+                self.fs
+                    .set_acl(to_ext3(ino), kind, Some(value), mode, &keep)
+            }
+            None => self.fs.setxattr(to_ext3(ino), name, value, mode),
+        };
         self.done(res, |()| Answer::Empty)
     }
 
-    fn create(&self, ctx: &Ctx, parent: NodeId, name: &[u8], mode: u16) -> Outcome {
+    fn create(&self, ctx: &Ctx, parent: NodeId, name: &[u8], mode: u16, umask: u16) -> Outcome {
         let made = self
             .fs
-            .mknod(to_ext3(parent), name, mode, 0, caller(ctx))
+            .mknod_umask(to_ext3(parent), name, mode, 0, caller(ctx), umask)
             .and_then(|(ino, inode)| self.fs.open(ino).map(|()| (ino, inode)));
         self.done(made, |(ino, inode)| {
             self.fs.remember(ino);
@@ -531,8 +545,9 @@ impl JbdFuse {
                 umask,
                 rdev,
             } => {
-                let mode = Self::masked(mode, umask);
-                self.entry_answer(fs.mknod(to_ext3(parent), name, mode, rdev, caller(ctx)))
+                let (mode, umask) = (mode as u16, Self::umask(umask));
+                let who = caller(ctx);
+                self.entry_answer(fs.mknod_umask(to_ext3(parent), name, mode, rdev, who, umask))
             }
             Op::Mkdir {
                 parent,
@@ -540,8 +555,8 @@ impl JbdFuse {
                 mode,
                 umask,
             } => {
-                let mode = Self::masked(mode, umask);
-                self.entry_answer(fs.mkdir(to_ext3(parent), name, mode, caller(ctx)))
+                let (mode, umask) = (mode as u16, Self::umask(umask));
+                self.entry_answer(fs.mkdir_umask(to_ext3(parent), name, mode, caller(ctx), umask))
             }
             Op::Unlink { parent, name } => empty(fs.unlink(to_ext3(parent), name)),
             Op::Rmdir { parent, name } => empty(fs.rmdir(to_ext3(parent), name)),
@@ -570,7 +585,7 @@ impl JbdFuse {
                 name,
                 value,
                 flags,
-            } => self.setxattr(ino, name, value, flags),
+            } => self.setxattr(ctx, ino, name, value, flags),
             Op::Getxattr { ino, name, size } => fs
                 .getxattr(to_ext3(ino), name)
                 .map_err(|e| self.fail(&e))
@@ -598,7 +613,7 @@ impl JbdFuse {
                 mode,
                 umask,
                 ..
-            } => self.create(ctx, parent, name, Self::masked(mode, umask)),
+            } => self.create(ctx, parent, name, mode as u16, Self::umask(umask)),
             Op::Ioctl {
                 ino,
                 cmd,
@@ -657,4 +672,30 @@ impl Handler for JbdFuse {
             tracing::error!("unmount failed: {e}");
         }
     }
+
+    fn posix_acl(&self) -> bool {
+        self.fs.posix_acl()
+    }
+}
+
+/// posix_acl_update_mode's test, for the caller of a setfacl: whether it
+/// is in the file's group `gid` (its fsgid or a supplementary group, read
+/// from /proc as libfuse's fuse_req_getgroups does) or is root (taken as
+/// holding CAP_FSETID).
+fn keeps_sgid(ctx: &Ctx, gid: u32) -> bool {
+    ctx.uid == 0 || ctx.gid == gid || supplementary_groups(ctx.pid).contains(&gid)
+}
+
+/// The `Groups:` of /proc/PID/status; none when the process is gone.
+fn supplementary_groups(pid: u32) -> Vec<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Groups:"))
+        .map(|g| {
+            g.split_whitespace()
+                .filter_map(|n| n.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default()
 }

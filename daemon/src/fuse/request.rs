@@ -448,6 +448,12 @@ pub trait Handler: Send + Sync + 'static {
     fn forget(&self, ino: NodeId, nlookup: u64);
     /// The session ended (FUSE_DESTROY, or the device closed).
     fn destroy(&self);
+    /// Whether to ask for FUSE_POSIX_ACL (and FUSE_DONT_MASK) at
+    /// FUSE_INIT: the handler stores, inherits and keeps ACLs in step
+    /// with modes, and applies the umask itself.
+    fn posix_acl(&self) -> bool {
+        false
+    }
 }
 
 /// renameat2's flags.
