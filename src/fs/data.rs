@@ -586,7 +586,7 @@ mod tests {
         }
         fn write_at(&self, buf: &[u8], offset: u64) -> io::Result<()> {
             let end = offset + buf.len() as u64;
-            if (offset..end).contains(&(self.held_block * BS as u64)) {
+            if (offset..end).contains(&self.held_block.saturating_mul(BS as u64)) {
                 let mut open = self.open.lock();
                 while !*open {
                     self.opened.wait(&mut open);
