@@ -71,10 +71,7 @@ impl Filesystem {
             return Ok(false);
         }
         let inode = self.iget(ino)?;
-        let now = {
-            let (sec, nsec) = crate::util::now();
-            Timestamp { sec, nsec }
-        };
+        let now = super::now();
         {
             let st = inode.state.read();
             let d = &st.disk;

@@ -5,8 +5,9 @@
 
 use super::bmap::NewBlocks;
 use super::inode::InodeState;
+use super::now;
 use super::{Filesystem, FsError, Result};
-use crate::format::inode::{Inode, Timestamp};
+use crate::format::inode::Inode;
 use crate::format::{BlockNo, InodeNo};
 use crate::journal::Handle;
 
@@ -108,11 +109,6 @@ impl Iterator for RunPieces {
             len: len as usize,
         })
     }
-}
-
-fn now() -> Timestamp {
-    let (sec, nsec) = crate::util::now();
-    Timestamp { sec, nsec }
 }
 
 impl Filesystem {

@@ -13,9 +13,10 @@
 //! the inode synchronous handles; noatime (`A`) is kept and shown.
 
 use super::namei::SetAttr;
+use super::now;
 use super::{Filesystem, FsError, Result};
 use crate::format::inode::flags::*;
-use crate::format::inode::{Inode, Timestamp};
+use crate::format::inode::Inode;
 use crate::format::InodeNo;
 
 /// Capabilities (include/uapi/linux/capability.h) the flag ioctls consult.
@@ -197,17 +198,7 @@ impl Filesystem {
         if old & new & EXT2_IMMUTABLE_FL != 0 && (old ^ new) & kept != 0 {
             return Err(FsError::NotPermitted);
         }
-        let mut h = self.journal.start(FLAGS_CREDITS)?;
-        if is_sync(&st.disk) {
-            h.set_sync();
-        }
-        st.disk.i_flags = new;
-        st.disk.i_ctime = now();
-        let res = self.write_inode(&mut h, ino, &st.disk);
-        let stop = h.stop();
-        res?;
-        stop?;
-        Ok(())
+        self.change_inode(ino, &mut st, |d| d.i_flags = new)
     }
 
     /// FS_IOC_GETVERSION: the inode's generation.
@@ -226,11 +217,22 @@ impl Filesystem {
         if !who.owner_or_capable(&st.disk) {
             return Err(FsError::NotPermitted);
         }
+        self.change_inode(ino, &mut st, |d| d.i_generation = generation)
+    }
+
+    /// Applies `change` and a new ctime to the inode in a handle of its
+    /// own, synchronous for a sync inode (chattr +S).
+    fn change_inode(
+        &self,
+        ino: InodeNo,
+        st: &mut super::inode::InodeState,
+        change: impl FnOnce(&mut Inode),
+    ) -> Result<()> {
         let mut h = self.journal.start(FLAGS_CREDITS)?;
         if is_sync(&st.disk) {
             h.set_sync();
         }
-        st.disk.i_generation = generation;
+        change(&mut st.disk);
         st.disk.i_ctime = now();
         let res = self.write_inode(&mut h, ino, &st.disk);
         let stop = h.stop();
@@ -258,11 +260,6 @@ impl Filesystem {
             sync: is_sync(&st.disk),
         })
     }
-}
-
-fn now() -> Timestamp {
-    let (sec, nsec) = crate::util::now();
-    Timestamp { sec, nsec }
 }
 
 #[cfg(test)]
@@ -334,8 +331,8 @@ mod tests {
         assert!(eperm(may_link(&imm)) && eperm(may_link(&app)) && may_link(&plain).is_ok());
 
         let touch = SetAttr {
-            atime: Some(Timestamp::default()),
-            mtime: Some(Timestamp::default()),
+            atime: Some(crate::format::inode::Timestamp::default()),
+            mtime: Some(crate::format::inode::Timestamp::default()),
             ..Default::default()
         };
         let utimes = SetAttr {

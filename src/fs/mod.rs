@@ -34,6 +34,13 @@ pub use mount::{Filesystem, MountConfig};
 /// Records the process on whose behalf this thread now works (a FUSE
 /// request's pid), before it calls in: the journal's bdelay batching tells
 /// a sync writer that waits for others apart from the one that came last.
+/// The current time as an inode timestamp, from the coarse clock the
+/// kernel's ext3 stamps inodes with (util::now).
+pub(crate) fn now() -> crate::format::inode::Timestamp {
+    let (sec, nsec) = crate::util::now();
+    crate::format::inode::Timestamp { sec, nsec }
+}
+
 pub fn set_caller(pid: u32) {
     crate::journal::set_caller(pid);
 }

@@ -6,7 +6,7 @@
 //! locks of the inodes it changes, in the order documented in lib.rs.
 
 use super::inode::InodeState;
-use super::{Filesystem, FsError, Result};
+use super::{now, Filesystem, FsError, Result};
 use crate::format::dirent::{self as de};
 use crate::format::inode::{self as fi, Inode, Timestamp};
 use crate::format::superblock::feature;
@@ -53,11 +53,6 @@ impl Filesystem {
 }
 
 const NAMEI_CREDITS: u32 = 32;
-
-fn now() -> Timestamp {
-    let (sec, nsec) = crate::util::now();
-    Timestamp { sec, nsec }
-}
 
 /// Who is asking, for new inodes' owners and reserved blocks.
 #[derive(Clone, Copy, Debug, Default)]

@@ -191,7 +191,7 @@ impl Filesystem {
         target: Option<(DirSlot, &mut InodeState)>,
     ) -> Result<Option<InodeNo>> {
         let mut freed = None;
-        let now = now_ts();
+        let now = super::now();
         match target {
             Some((t, tst)) if flags.exchange => {
                 self.dir_retarget(h, dir, st, oname, t.ino, t.file_type)?;
@@ -404,11 +404,6 @@ fn check_flags(flags: RenameFlags, target_exists: bool) -> Result<()> {
         return Err(FsError::NotFound);
     }
     Ok(())
-}
-
-fn now_ts() -> crate::format::inode::Timestamp {
-    let (sec, nsec) = crate::util::now();
-    crate::format::inode::Timestamp { sec, nsec }
 }
 
 /// Write-locks two distinct inodes in ascending inode order (lib.rs).

@@ -157,8 +157,7 @@ impl Filesystem {
         let res = self
             .apply_xattrs(&mut h, ino, &mut st, edit)
             .and_then(|()| {
-                let (sec, nsec) = crate::util::now();
-                st.disk.i_ctime = crate::format::inode::Timestamp { sec, nsec };
+                st.disk.i_ctime = super::now();
                 self.write_inode(&mut h, ino, &st.disk)
             });
         let stopped = h.stop();
