@@ -17,6 +17,7 @@ use jbdfs::device::{FileDevice, MemoryDevice, OpenOptions};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::Caller;
 use jbdfs::fs::{Filesystem, MountConfig};
+use jbdfs::journal::CommitStart;
 use jbdfs::mkfs::MkfsOptions;
 
 const ROOT: InodeNo = InodeNo(2);
@@ -29,8 +30,9 @@ fn contents(t: usize, i: usize) -> Vec<u8> {
 }
 
 /// Creates, writes and fsyncs files from several threads without waiting;
-/// returns each callback's (name, outcome).
-fn fsync_from_threads(fs: &Filesystem) -> Vec<(String, bool)> {
+/// returns each callback's (name, outcome). Deferred commits start at the
+/// end of each thread's "batch" of three files, as a ring queue's do.
+fn fsync_from_threads(fs: &Filesystem, start: CommitStart) -> Vec<(String, bool)> {
     let (tx, rx) = mpsc::channel();
     std::thread::scope(|s| {
         for t in 0..THREADS {
@@ -44,8 +46,12 @@ fn fsync_from_threads(fs: &Filesystem) -> Vec<(String, bool)> {
                     fs.fsync_then(
                         ino,
                         false,
+                        start,
                         Box::new(move |res| tx.send((name, res.is_ok())).unwrap()),
                     );
+                    if i % 3 == 2 || i == FILES - 1 {
+                        fs.journal().commit_if_requested();
+                    }
                 }
             });
         }
@@ -63,6 +69,15 @@ fn fsync_from_threads(fs: &Filesystem) -> Vec<(String, bool)> {
 
 #[test]
 fn fsyncs_completed_by_callback_are_durable_when_the_callback_runs() {
+    callbacks_run_once_and_only_after_durability(CommitStart::Now);
+}
+
+#[test]
+fn fsyncs_whose_commit_waits_for_the_batch_end_are_durable_when_the_callback_runs() {
+    callbacks_run_once_and_only_after_durability(CommitStart::Deferred);
+}
+
+fn callbacks_run_once_and_only_after_durability(start: CommitStart) {
     let opts = MkfsOptions {
         block_size: Some(1024),
         ..Default::default()
@@ -70,7 +85,7 @@ fn fsyncs_completed_by_callback_are_durable_when_the_callback_runs() {
     let img = jbdfs_image_with("fsync-callbacks", opts, 64 << 20);
     let dev = Arc::new(MemoryDevice::from_vec(std::fs::read(&img.path).unwrap()));
     let fs = Filesystem::mount(dev.clone(), &MountConfig::default()).unwrap();
-    let done = fsync_from_threads(&fs);
+    let done = fsync_from_threads(&fs, start);
     // The crash: whatever reached the device by now, and nothing later.
     let crashed = dev.snapshot();
     let mut names: Vec<&String> = done.iter().map(|(n, _)| n).collect();

@@ -9,7 +9,7 @@ use super::now;
 use super::{Filesystem, FsError, Result};
 use crate::format::inode::Inode;
 use crate::format::{BlockNo, InodeNo};
-use crate::journal::Handle;
+use crate::journal::{CommitStart, Handle};
 
 use super::data::DirectWrite;
 
@@ -638,6 +638,7 @@ impl Filesystem {
         self.fsync_then(
             ino,
             datasync,
+            CommitStart::Now,
             Box::new(move |res| {
                 let _ = tx.send(res);
             }),
@@ -651,8 +652,15 @@ impl Filesystem {
     /// result on the thread that finishes it (the FUSE adapter replies from
     /// there; see `Journal::force_commit_then`). Everything before the
     /// commit (the file's data, the batching wait, a commit no one else is
-    /// running) still happens on this thread.
-    pub fn fsync_then(&self, ino: InodeNo, _datasync: bool, done: FsyncCallback) {
+    /// running) still happens on this thread; with [`CommitStart::Deferred`]
+    /// the commit waits for the caller's `Journal::commit_if_requested`.
+    pub fn fsync_then(
+        &self,
+        ino: InodeNo,
+        _datasync: bool,
+        start: CommitStart,
+        done: FsyncCallback,
+    ) {
         if self.mounted_read_only() {
             return done(Ok(()));
         }
@@ -662,13 +670,16 @@ impl Filesystem {
         }
         let data = self.data.clone();
         let dev = self.dev.clone();
-        self.journal.force_commit_then(Box::new(move |res| {
-            let res = res.and_then(|()| match data.flushed_through(written) {
-                true => Ok(()),
-                false => dev.flush(),
-            });
-            done(res.map_err(FsError::from));
-        }));
+        self.journal.force_commit_then(
+            start,
+            Box::new(move |res| {
+                let res = res.and_then(|()| match data.flushed_through(written) {
+                    true => Ok(()),
+                    false => dev.flush(),
+                });
+                done(res.map_err(FsError::from));
+            }),
+        );
     }
     /// fallocate modes 0 and KEEP_SIZE. ext3 has no unwritten extents, so
     /// the holes in the range are allocated and zeroed, as

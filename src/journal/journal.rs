@@ -107,6 +107,18 @@ impl JState {
 /// reply, sent from whichever thread finished the commit.
 pub type CommitCallback = Box<dyn FnOnce(io::Result<()>) + Send>;
 
+/// When a synchronous caller that does not wait starts its commit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitStart {
+    /// At once, on the caller's thread, unless a commit is under way.
+    Now,
+    /// When the caller next runs [`Journal::commit_if_requested`]. A
+    /// server that takes requests in batches (an io_uring queue) defers
+    /// every fsync of a batch to the batch's end, so they share one commit
+    /// instead of each committing the few changes since the last.
+    Deferred,
+}
+
 /// Counters shaped like /proc/fs/jbd2/*/info. [atomic, each on its own]
 #[derive(Default)]
 pub(super) struct Counters {
@@ -380,7 +392,11 @@ impl Journal {
     /// commit itself, exactly as a waiting fsync would; it only does not
     /// sleep until the commit ends. Through FUSE that frees the worker and
     /// saves waking it just to send the reply.
-    pub fn force_commit_then(&self, done: CommitCallback) {
+    ///
+    /// With [`CommitStart::Deferred`] the commit is only requested: the
+    /// caller promises to run [`Journal::commit_if_requested`] once it has
+    /// nothing else at hand.
+    pub fn force_commit_then(&self, start: CommitStart, done: CommitCallback) {
         if !self.logging() {
             return done(self.cache.sync_all());
         }
@@ -390,9 +406,18 @@ impl Journal {
         match self.start(1) {
             Ok(mut h) => {
                 h.set_sync();
-                h.stop_then(done);
+                h.stop_then(start, done);
             }
             Err(e) => done(Err(e)),
+        }
+    }
+
+    /// Starts the commit that deferred synchronous callers asked for, on
+    /// this thread unless one is under way (see
+    /// [`Journal::commit_now_or_hand_off`]); nothing if none is owed.
+    pub fn commit_if_requested(&self) {
+        if self.state.lock().commit_requested() {
+            self.commit_now_or_hand_off();
         }
     }
 

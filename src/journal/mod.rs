@@ -48,7 +48,7 @@ use std::ops::Add;
 use std::time::Duration;
 
 pub use batch::{set_caller, Batching};
-pub use journal::{CommitCallback, Journal};
+pub use journal::{CommitCallback, CommitStart, Journal};
 pub use transaction::Handle;
 
 /// File data the commit must account for before it flushes the device ahead

@@ -18,7 +18,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::journal::{CommitCallback, JState, Journal};
+use super::journal::{CommitCallback, CommitStart, JState, Journal};
 use super::Tid;
 use crate::cache::Buffer;
 
@@ -297,7 +297,7 @@ impl Handle<'_> {
 
     /// Ends a sync handle without waiting: `done` runs once its transaction
     /// has committed (see [`Journal::force_commit_then`]).
-    pub fn stop_then(self, done: CommitCallback) {
+    pub fn stop_then(self, start: CommitStart, done: CommitCallback) {
         let j = self.journal;
         match self.stop_sync_part() {
             None => done(Ok(())),
@@ -306,7 +306,9 @@ impl Handle<'_> {
                 // Registered before the commit is started, so that whoever
                 // finishes it runs `done`.
                 j.when_committed(tid, done);
-                j.commit_now_or_hand_off();
+                if start == CommitStart::Now {
+                    j.commit_now_or_hand_off();
+                }
             }
         }
     }

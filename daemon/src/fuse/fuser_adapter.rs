@@ -86,6 +86,7 @@ fn ctx(req: &Request) -> Ctx {
         gid: req.gid(),
         pid: req.pid(),
         must_not_block: false,
+        serves_batches: false,
     }
 }
 

@@ -12,6 +12,7 @@ use jbdfs::fs::atime::AtimePolicy;
 use jbdfs::fs::namei::{Caller, RenameFlags, SetAttr};
 use jbdfs::fs::xattr::SetMode;
 use jbdfs::fs::{Filesystem, FsError};
+use jbdfs::journal::CommitStart;
 
 use super::attr;
 use super::ioctl::{self, FlagIoctl};
@@ -115,6 +116,11 @@ fn sized(data: Vec<u8>, size: u32) -> Outcome {
     } else {
         Ok(Answer::Data(data))
     }
+}
+
+thread_local! {
+    /// This thread deferred an fsync's commit to the end of its batch.
+    static COMMIT_OWED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// The FUSE face of a mounted filesystem.
@@ -222,10 +228,14 @@ impl JbdFuse {
     /// whose commits are slow, and on a ring thread whenever batching may
     /// sleep (it serves every request from its CPU), the data write, the
     /// batching wait and the commit run on a runner instead.
+    ///
+    /// On a ring thread the commit itself waits for the end of the batch
+    /// of requests the queue is serving ([`Handler::batch_done`]): every
+    /// fsync in the batch then shares it.
     fn fsync_then_reply(&self, ctx: &Ctx, ino: NodeId, datasync: bool, reply: impl Responder) {
         let fs = self.fs.clone();
         let pid = ctx.pid;
-        let job = move || {
+        let job = move |start: CommitStart| {
             jbdfs::fs::set_caller(pid);
             let reporter = fs.clone();
             let done = move |res: Result<(), FsError>| match res {
@@ -235,18 +245,22 @@ impl JbdFuse {
                     reply.respond(Err(errno(&e)));
                 }
             };
-            fs.fsync_then(to_ext3(ino), datasync, Box::new(done));
+            fs.fsync_then(to_ext3(ino), datasync, start, Box::new(done));
         };
         let journal = self.fs.journal();
         let off_thread =
             journal.commits_are_slow() || (ctx.must_not_block && journal.batching_sleeps());
         if !off_thread {
-            return job();
+            if !ctx.serves_batches {
+                return job(CommitStart::Now);
+            }
+            COMMIT_OWED.set(true);
+            return job(CommitStart::Deferred);
         }
         let span = tracing::Span::current();
         self.fsync_runners.run(Box::new(move || {
             let _s = span.entered();
-            job();
+            job(CommitStart::Now);
         }));
     }
 
@@ -660,6 +674,12 @@ impl Handler for JbdFuse {
                 self.fsync_then_reply(ctx, ino, datasync, reply)
             }
             op => reply.respond(self.answer(ctx, op)),
+        }
+    }
+
+    fn batch_done(&self) {
+        if COMMIT_OWED.replace(false) {
+            self.fs.journal().commit_if_requested();
         }
     }
 

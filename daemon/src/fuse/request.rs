@@ -29,6 +29,10 @@ pub struct Ctx {
     /// The request is served on a thread that serves every request from
     /// its CPU (an io_uring queue): work that may sleep goes elsewhere.
     pub must_not_block: bool,
+    /// The transport serves requests in batches and calls
+    /// [`Handler::batch_done`] after each: work that gains from company
+    /// (an fsync's commit) may wait for the batch's end.
+    pub serves_batches: bool,
 }
 
 /// A time in a SETATTR: a given time, or the daemon's clock.
@@ -444,6 +448,10 @@ pub trait Handler: Send + Sync + 'static {
     fn dispatch(&self, ctx: &Ctx, op: Op<'_>, reply: impl Responder);
     /// Hands the handler the way to the kernel's caches, once mounted.
     fn set_kernel_cache(&self, _kernel: Arc<dyn KernelCache>) {}
+    /// The transport has dispatched every request it had at hand and is
+    /// about to wait for more: what requests deferred to this point (with
+    /// `Ctx::serves_batches`) must start now.
+    fn batch_done(&self) {}
     /// FORGET and BATCH_FORGET: the kernel dropped `nlookup` references.
     fn forget(&self, ino: NodeId, nlookup: u64);
     /// The session ended (FUSE_DESTROY, or the device closed).

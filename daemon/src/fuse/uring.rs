@@ -340,7 +340,8 @@ impl Queue {
                 self.commit_local()?;
             }
         }
-        Ok(())
+        handler.batch_done();
+        self.commit_local()
     }
 
     /// An entry came back from the kernel: a request, or the end.
@@ -371,6 +372,7 @@ impl Queue {
         slot.state = SlotState::Answering;
         let mut ctx = header.ctx();
         ctx.must_not_block = true;
+        ctx.serves_batches = true;
         let reply = RingReply {
             to: Some((shared.clone(), i)),
         };
