@@ -52,16 +52,6 @@ impl DirIndex {
     }
 }
 
-/// One listed entry, with the cookie that resumes after it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ListedEntry {
-    pub ino: InodeNo,
-    pub file_type: u8,
-    pub name: Vec<u8>,
-    /// Pass this as the offset to continue after this entry.
-    pub next: u64,
-}
-
 /// The longest new entry that fits in `block`.
 pub(crate) fn block_room(block: &[u8]) -> u32 {
     dirent::iter_block(block, None)
@@ -413,40 +403,5 @@ impl Filesystem {
     pub(crate) fn dir_is_empty(&self, dir: InodeNo, st: &mut InodeState) -> Result<bool> {
         let idx = self.ensure_index(dir, st)?;
         Ok(idx.names.keys().all(|n| n == b"." || n == b".."))
-    }
-
-    /// Lists entries from the cookie `offset` on (0 starts at the
-    /// beginning). Cookies are byte positions in the directory plus one, so
-    /// they stay valid while entries are added and removed around them.
-    pub fn readdir(&self, dir: InodeNo, offset: u64, limit: usize) -> Result<Vec<ListedEntry>> {
-        let inode = self.iget(dir)?;
-        let st = inode.state.read();
-        if !st.disk.is_dir() {
-            return Err(FsError::NotDir);
-        }
-        let bs = self.block_size as u64;
-        let start = offset.saturating_sub(1);
-        let mut out = Vec::new();
-        for b in (start / bs) as u32..self.dir_block_count(&st) {
-            let buf = self.dir_block(dir, &st, b)?;
-            let data = buf.read();
-            for e in dirent::iter_block(&data, None) {
-                let e = e.map_err(|e| self.corrupt_dir(dir, e))?;
-                let pos = b as u64 * bs + e.offset as u64;
-                if pos < start || e.inode.0 == 0 {
-                    continue;
-                }
-                out.push(ListedEntry {
-                    ino: e.inode,
-                    file_type: e.file_type,
-                    name: e.name.to_vec(),
-                    next: pos + e.rec_len as u64 + 1,
-                });
-                if out.len() >= limit {
-                    return Ok(out);
-                }
-            }
-        }
-        Ok(out)
     }
 }

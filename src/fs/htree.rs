@@ -40,7 +40,12 @@ impl DxHash {
 
     /// The major hash of `name` (even: bit 0 is the index's "continued").
     pub(crate) fn of(&self, name: &[u8]) -> u32 {
-        dx_hash(name, self.version, &self.seed).map_or(0, |h| h.0)
+        self.major_minor(name).0
+    }
+
+    /// The major and minor hashes of `name`: readdir's order.
+    pub(crate) fn major_minor(&self, name: &[u8]) -> (u32, u32) {
+        dx_hash(name, self.version, &self.seed).unwrap_or((0, 0))
     }
 }
 
@@ -165,6 +170,15 @@ pub(crate) fn split_node(entries: &[(u32, u32)]) -> (DxTable, DxTable, u32) {
     (entries[..icount1].to_vec(), right.clone(), right[0].0)
 }
 
+/// A walk over an indexed directory's leaves in hash order, as readdir
+/// takes them (ext4_htree_next_block).
+#[derive(Clone)]
+pub(crate) struct LeafWalk {
+    pub hash: DxHash,
+    frames: Vec<Frame>,
+    started: bool,
+}
+
 /// How dx_probe went.
 enum Probe {
     /// The path from the root to the leaf's index entry.
@@ -189,6 +203,13 @@ impl Filesystem {
         )
     }
 
+    /// The hash new indexes use (s_def_hash_version), and one-block
+    /// directories list by; `None` when the superblock names no known one.
+    pub(crate) fn default_dx_hash(&self) -> Option<DxHash> {
+        let (def, unsigned, seed) = self.hash_settings();
+        DxHash::new(def, unsigned, seed)
+    }
+
     fn dir_blocks(&self, st: &InodeState) -> u32 {
         (st.disk.i_size / self.block_size as u64) as u32
     }
@@ -196,6 +217,16 @@ impl Filesystem {
     /// dx_probe: reads the root (and the index node under it) down to the
     /// entry whose leaf `name` belongs in.
     fn dx_probe(&self, dir: InodeNo, st: &InodeState, name: &[u8]) -> Result<Probe> {
+        self.dx_probe_by(dir, st, |hash| hash.of(name))
+    }
+
+    /// dx_probe for the hash `hash_of` picks once the root names the hash.
+    fn dx_probe_by(
+        &self,
+        dir: InodeNo,
+        st: &InodeState,
+        hash_of: impl FnOnce(&DxHash) -> u32,
+    ) -> Result<Probe> {
         let blocks = self.dir_blocks(st);
         let root = {
             let buf = self.dir_block(dir, st, 0)?;
@@ -209,7 +240,7 @@ impl Filesystem {
         let Some(hash) = DxHash::new(root.hash_version, unsigned, seed) else {
             return Ok(Probe::Bad("its hash is unknown"));
         };
-        let h = hash.of(name);
+        let h = hash_of(&hash);
         let entries: Vec<(u32, u32)> = root.entries.iter().map(|e| (e.hash, e.block)).collect();
         let at = dx_search(&entries, h);
         let mut frames = vec![Frame {
@@ -247,6 +278,84 @@ impl Filesystem {
             return Ok(Probe::Bad("an index entry points outside the directory"));
         }
         Ok(Probe::Path(hash, h, frames))
+    }
+
+    /// The walk over `dir`'s leaves from the one holding hash `major` on;
+    /// `None` when the index cannot be used.
+    pub(crate) fn dx_leaves_from(
+        &self,
+        dir: InodeNo,
+        st: &InodeState,
+        major: u32,
+    ) -> Result<Option<LeafWalk>> {
+        Ok(match self.dx_probe_by(dir, st, |_| major)? {
+            Probe::Path(hash, _, frames) => Some(LeafWalk {
+                hash,
+                frames,
+                started: false,
+            }),
+            Probe::Bad(_) => None,
+        })
+    }
+
+    /// The walk's next leaf, and whether its index entry says it continues
+    /// the hash its predecessor ended with (bit 0, set by a split between
+    /// equal hashes); `None` past the last leaf.
+    pub(crate) fn dx_next_leaf(
+        &self,
+        dir: InodeNo,
+        st: &InodeState,
+        walk: &mut LeafWalk,
+    ) -> Result<Option<(u32, bool)>> {
+        let mut continued = false;
+        if walk.started {
+            let Some(level) = walk.frames.iter().rposition(|f| f.at + 1 < f.entries.len()) else {
+                return Ok(None);
+            };
+            walk.frames[level].at += 1;
+            let f = &walk.frames[level];
+            continued = f.entries[f.at].0 & 1 == 1;
+            for below in level + 1..walk.frames.len() {
+                let above = &walk.frames[below - 1];
+                let b = self.dx_child(dir, st, above.entries[above.at].1)?;
+                let node = {
+                    let buf = self.dir_block(dir, st, b)?;
+                    let data = buf.read();
+                    parse_dx_node(&data).map_err(|_| self.corrupt_index(dir, b))?
+                };
+                walk.frames[below] = Frame {
+                    block: b,
+                    entries: node.entries.iter().map(|e| (e.hash, e.block)).collect(),
+                    at: 0,
+                    limit: usize::from(node.limit),
+                };
+            }
+        }
+        walk.started = true;
+        let f = walk.frames.last().expect("a frame");
+        Ok(Some((
+            self.dx_child(dir, st, f.entries[f.at].1)?,
+            continued,
+        )))
+    }
+
+    /// The directory block an index entry points to, checked.
+    fn dx_child(&self, dir: InodeNo, st: &InodeState, entry_block: u32) -> Result<u32> {
+        let b = entry_block & EXT4_DX_BLOCK_MASK;
+        if b == 0 || b >= self.dir_blocks(st) {
+            return Err(self.corrupt_index(dir, b));
+        }
+        Ok(b)
+    }
+
+    fn corrupt_index(&self, dir: InodeNo, block: u32) -> FsError {
+        FsError::corrupt(
+            Location::Inode(dir),
+            "directory index",
+            "block",
+            block,
+            "an index entry points outside the directory or at a damaged node",
+        )
     }
 
     /// ext3_dx_add_entry: adds `name` to the indexed directory `dir`,
@@ -536,8 +645,8 @@ impl Filesystem {
         st: &mut InodeState,
     ) -> Result<bool> {
         let bs = self.block_size as usize;
-        let (def, unsigned, seed) = self.hash_settings();
-        let Some(hash) = DxHash::new(def, unsigned, seed) else {
+        let def = self.hash_settings().0;
+        let Some(hash) = self.default_dx_hash() else {
             return Ok(false);
         };
         let root_buf = self.dir_block(dir, st, 0)?;

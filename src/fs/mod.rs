@@ -20,6 +20,7 @@ pub mod mount;
 pub mod namei;
 pub mod orphan;
 pub mod readahead;
+pub mod readdir;
 pub mod rename;
 pub mod tail;
 pub mod truncate;
