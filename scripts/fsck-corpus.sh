@@ -105,6 +105,7 @@ kill_file kill_file-dir dir-rec_len dir-bad-inode dir-no-dot dir-no-dotdot dir-g
 ind-garbage ea-refcount bitmap-padding clri-journal sif-journal-mode sif-journal-ind jsb-magic jsb-first jsb-blocksize journal-pending
 journal-bad-commit journal-bad-tag htree-indexed htree-hash-order htree-bad-limit htree-bad-count
 htree-bad-block htree-leaf-swap htree-hash-version htree-depth htree-incompat htree-no-dir-index
+acl-set acl-value acl-on-block resize-clri resize-dind resize-dind-garbage
 truncated not-ext3"
 
 damage() {
@@ -178,9 +179,39 @@ damage() {
         journal-pending|journal-bad-commit|journal-bad-tag)
             journal_damage "$name" "$out" "$bs" ;;
         htree-*) htree_damage "$name" "$out" "$bs" ;;
+        acl-*) acl_damage "$name" "$out" "$bs" ;;
+        resize-*) dumpe2fs -h "$out" 2>/dev/null | grep -q '^Filesystem features:.*resize_inode' || return 2
+            case "$name" in
+                resize-clri) dbg "$out" "clri <7>" ;;
+                resize-dind) dbg "$out" "sif <7> block[DIND] 0" ;;
+                resize-dind-garbage) b="$(dq "$out" "stat <7>" | grep -o '(DIND):[0-9]*' | head -1 | cut -d: -f2)"
+                    [ -n "$b" ] || return 2
+                    head -c 64 /dev/urandom | dd of="$out" bs=1 seek=$((b * bs + 8)) conv=notrunc status=none ;;
+            esac ;;
         truncated) truncate -s $(( $(stat -c %s "$out") / 2 )) "$out" ;;
         not-ext3) head -c 4M /dev/urandom >"$out" ;;
         *) return 2 ;;
+    esac
+}
+
+# A POSIX access ACL (a named user and a mask, in the xattr format debugfs
+# converts to ext3's) on d1/f3, in its own xattr block: acl-set leaves it
+# whole (clean), acl-value damages its value in the block (a hash
+# mismatch), acl-on-block points a second file at the block without
+# counting it (a refcount of 1 for two owners).
+acl_damage() {
+    local name="$1" out="$2" bs="$3" tmp b
+    tmp="$(mktemp)"
+    printf '\x02\x00\x00\x00\x01\x00\x06\x00\xff\xff\xff\xff\x02\x00\x04\x00\xe8\x03\x00\x00\x04\x00\x04\x00\xff\xff\xff\xff\x10\x00\x04\x00\xff\xff\xff\xff\x20\x00\x00\x00\xff\xff\xff\xff' >"$tmp"
+    dbg "$out" "ea_set -f $tmp d1/f3 system.posix_acl_access"
+    rm -f "$tmp"
+    [ "$name" = acl-set ] && return 0
+    # With room in the inode (256-byte inodes) the ACL stays there.
+    b="$(dq "$out" "stat d1/f3" | sed -n 's/.*File ACL: \([0-9]*\).*/\1/p')"
+    [ -n "$b" ] && [ "$b" != 0 ] || return 2
+    case "$name" in
+        acl-value) poke "$out" $((b * bs + bs - 28)) "07" ;;
+        acl-on-block) dbg "$out" "sif d1/sub/f4 file_acl $b" ;;
     esac
 }
 

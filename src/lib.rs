@@ -68,6 +68,9 @@
 //!    so a full queue never holds a commit.
 //! 9. Device-internal locks (memory device contents): leaves, never held
 //!    while calling out of the device.
+//! 10. What a remount retunes (`Journal::config`, `ErrorState::policy`,
+//!     `Filesystem::atime`): leaves, each held only to copy its value in or
+//!     out, so they may be taken under any lock above.
 
 pub mod cache;
 pub mod device;

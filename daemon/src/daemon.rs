@@ -124,6 +124,7 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
         panic_action: jbdfs::fs::error::PanicAction::ExitProcess,
         max_map: cfg.max_map,
         acl: cfg.acl,
+        atime: cfg.atime,
     };
     let fs = Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
         let src = cfg.source.display();
@@ -290,11 +291,7 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
     if cfg.allow_other {
         config.acl = SessionACL::All;
     }
-    let handler = Arc::new(
-        JbdFuse::new(fs.clone())
-            .with_direct_io(cfg.fuse_direct_io)
-            .with_atime(cfg.atime),
-    );
+    let handler = Arc::new(JbdFuse::new(fs.clone()).with_direct_io(cfg.fuse_direct_io));
     let session = crate::fuse::session::mount(
         handler,
         &cfg.mountpoint,
@@ -541,7 +538,11 @@ impl Drop for StatsWriter {
 
 fn write_stats(path: &Path, fs: &Filesystem, transport: &str) {
     let tmp = path.with_extension("tmp");
-    let text = format!("{}transport: {transport}\n", fs.journal_stats());
+    let text = format!(
+        "{}options: {}\ntransport: {transport}\n",
+        fs.journal_stats(),
+        crate::options::MountOptions::describe_tunables(&fs.tunables())
+    );
     let res = std::fs::write(&tmp, text).and_then(|()| std::fs::rename(&tmp, path));
     if let Err(e) = res {
         tracing::warn!(path = %path.display(), "cannot write statistics: {e}");

@@ -13,10 +13,9 @@ use std::process::ExitCode;
 
 use anyhow::{bail, Context};
 use clap::{ArgAction, CommandFactory, Parser};
-use jbdfs::journal::Batching;
 use jbdfs_daemon::daemon::{self, DaemonConfig};
 use jbdfs_daemon::fuse::Transport;
-use jbdfs_daemon::options::{Bdelay, MountOptions};
+use jbdfs_daemon::options::MountOptions;
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser, Debug)]
@@ -141,7 +140,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         generic,
         barrier: opts.barrier,
         commit_secs: opts.commit,
-        batching: batching(&opts),
+        batching: opts.batching(),
         stats: opts.stats.clone(),
         dirsync: opts.dirsync || opts.sync,
         data_journal: opts.data == jbdfs_daemon::options::DataMode::Journal,
@@ -193,22 +192,6 @@ fn kernel_like_defaults(generic: &[String], root: bool) -> Vec<String> {
         out.push("dev".into());
     }
     out
-}
-
-/// The journal's batching policy from bdelay= and its parameters.
-fn batching(opts: &MountOptions) -> Batching {
-    match opts.bdelay {
-        Bdelay::Off => Batching::Off,
-        Bdelay::Yield => Batching::Yield,
-        Bdelay::Jiffies(n) => Batching::Jiffies { n, hz: opts.hz },
-        Bdelay::Jbd2 => Batching::Jbd2 {
-            min_us: opts.min_batch_time,
-            max_us: opts.max_batch_time,
-        },
-        Bdelay::Auto => Batching::Auto {
-            max_us: opts.max_batch_time,
-        },
-    }
 }
 
 /// The `-o` options with the short flags applied on top, as libfuse does.

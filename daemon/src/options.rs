@@ -16,6 +16,11 @@ use std::fmt;
 use std::ops::RangeInclusive;
 use std::path::PathBuf;
 use std::str::FromStr;
+use std::time::Duration;
+
+use jbdfs::fs::atime::AtimeMode;
+use jbdfs::fs::mount::Tunables;
+use jbdfs::journal::{Batching, JournalConfig};
 
 /// `errors=`: the policy type belongs to the filesystem, which acts on it.
 pub use jbdfs::fs::error::ErrorsPolicy;
@@ -214,12 +219,126 @@ pub struct MountOptions {
     pub ignored: Vec<String>,
 }
 
+/// The options `mount -o remount` changes on the fly, as ext3_remount
+/// does (jbdfs's own; the atime words are generic ones).
+pub const REMOUNT_TUNABLE: &[&str] = &[
+    "commit",
+    "barrier",
+    "nobarrier",
+    "bdelay",
+    "hz",
+    "min_batch_time",
+    "max_batch_time",
+    "errors",
+];
+
+/// The atime words, whose last of each group wins.
+pub const ATIME_WORDS: &[&str] = &[
+    "noatime",
+    "atime",
+    "relatime",
+    "strictatime",
+    "nodiratime",
+    "diratime",
+];
+
 impl MountOptions {
+    /// The journal's batching policy from bdelay= and its parameters.
+    pub fn batching(&self) -> Batching {
+        match self.bdelay {
+            Bdelay::Off => Batching::Off,
+            Bdelay::Yield => Batching::Yield,
+            Bdelay::Jiffies(n) => Batching::Jiffies { n, hz: self.hz },
+            Bdelay::Jbd2 => Batching::Jbd2 {
+                min_us: self.min_batch_time,
+                max_us: self.max_batch_time,
+            },
+            Bdelay::Auto => Batching::Auto {
+                max_us: self.max_batch_time,
+            },
+        }
+    }
+
+    /// The options a remount may change, as these options set them.
+    pub fn tunables(&self) -> Tunables {
+        Tunables {
+            journal: JournalConfig {
+                barrier: self.barrier,
+                commit_interval: Duration::from_secs(self.commit.max(1) as u64),
+                batching: self.batching(),
+            },
+            errors: self.errors,
+            atime: self.atime_policy(),
+        }
+    }
+
+    /// Options that say what `t` says (the inverse of
+    /// [`MountOptions::tunables`]), for a remount to change some of.
+    pub fn from_tunables(t: &Tunables) -> MountOptions {
+        let mut o = MountOptions {
+            commit: t
+                .journal
+                .commit_interval
+                .as_secs()
+                .clamp(1, u32::MAX as u64) as u32,
+            barrier: t.journal.barrier,
+            errors: t.errors,
+            ..Default::default()
+        };
+        match t.journal.batching {
+            Batching::Off => o.bdelay = Bdelay::Off,
+            Batching::Yield => o.bdelay = Bdelay::Yield,
+            Batching::Jiffies { n, hz } => (o.bdelay, o.hz) = (Bdelay::Jiffies(n), hz),
+            Batching::Jbd2 { min_us, max_us } => {
+                (o.bdelay, o.min_batch_time, o.max_batch_time) = (Bdelay::Jbd2, min_us, max_us)
+            }
+            Batching::Auto { max_us } => (o.bdelay, o.max_batch_time) = (Bdelay::Auto, max_us),
+        }
+        let mode = match t.atime.mode {
+            AtimeMode::Never => "noatime",
+            AtimeMode::Relatime => "relatime",
+            AtimeMode::Strict => "strictatime",
+        };
+        o.generic.push(mode.to_string());
+        if t.atime.nodiratime {
+            o.generic.push("nodiratime".to_string());
+        }
+        o
+    }
+
+    /// What a remount may change, as `-o` would say it: for the stats
+    /// file, where /proc/mounts would show an ext3 mount's options.
+    pub fn describe_tunables(t: &Tunables) -> String {
+        let o = MountOptions::from_tunables(t);
+        let mut words = vec![
+            format!("commit={}", o.commit),
+            format!("barrier={}", u8::from(o.barrier)),
+            format!("errors={}", o.errors),
+            format!("bdelay={}", o.bdelay),
+        ];
+        match o.bdelay {
+            Bdelay::Jiffies(_) => words.push(format!("hz={}", o.hz)),
+            Bdelay::Jbd2 => words.push(format!(
+                "min_batch_time={},max_batch_time={}",
+                o.min_batch_time, o.max_batch_time
+            )),
+            Bdelay::Auto => words.push(format!("max_batch_time={}", o.max_batch_time)),
+            Bdelay::Off | Bdelay::Yield => {}
+        }
+        words.extend(o.generic);
+        words.join(",")
+    }
+
+    /// Applies one more `-o` word, as if it came last.
+    pub fn apply_word(&mut self, word: &str) -> Result<(), OptionError> {
+        self.apply(word)
+    }
+
     /// The atime policy the generic options ask for, the last word of each
     /// group winning as for the kernel: relatime unless noatime or
     /// strictatime is given; nodiratime on its own.
     pub fn atime_policy(&self) -> jbdfs::fs::atime::AtimePolicy {
-        use jbdfs::fs::atime::{AtimeMode, AtimePolicy};
+        use jbdfs::fs::atime::AtimePolicy;
         let mut p = AtimePolicy::default();
         for o in &self.generic {
             match o.as_str() {

@@ -11,11 +11,12 @@
 //!   cleared: the image is clean while mounted, as ext3's remount,ro);
 //! - read-write: the daemon first, then the kernel.
 //!
-//! Only the read-only/read-write state and the per-mount flags (nosuid,
-//! nodev, noexec) change; the journal's options (data=, commit=, barrier,
-//! bdelay) and the atime options (which the daemon applies) keep the values
-//! they were mounted with, and a remount that asks to change them is
-//! refused naming them.
+//! Besides the state and the per-mount flags (nosuid, nodev, noexec), a
+//! remount changes what ext3_remount lets change: commit=, barrier,
+//! errors=, the batching options (bdelay=, hz=, min/max_batch_time=) and
+//! the atime options, which the daemon applies itself. The daemon checks
+//! them all before it changes anything. What is fixed while mounted
+//! (data=, the cache, the transport, record=...) is refused by name.
 
 use std::ffi::CString;
 use std::path::{Path, PathBuf};
@@ -26,6 +27,7 @@ use anyhow::{anyhow, bail, Context};
 use jbdfs::fs::Filesystem;
 
 use crate::daemon::pid_file_path;
+use crate::options::{MountOptions, ATIME_WORDS, REMOUNT_TUNABLE};
 
 /// How long the helper waits for the daemon's answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -47,14 +49,8 @@ pub fn answer_path(mountpoint: &Path) -> PathBuf {
 fn check_changeable(requested: &[String], mounted_with: &[String]) -> anyhow::Result<()> {
     const FIXED: &[&str] = &[
         "data",
-        "commit",
-        "barrier",
-        "nobarrier",
-        "bdelay",
-        "hz",
-        "min_batch_time",
-        "max_batch_time",
-        "errors",
+        "acl",
+        "noacl",
         "cache_size",
         "threads",
         "direct",
@@ -82,41 +78,19 @@ fn check_changeable(requested: &[String], mounted_with: &[String]) -> anyhow::Re
     )
 }
 
-/// The daemon applies the atime options itself (the kernel leaves atime
-/// to FUSE filesystems) and takes them at mount only: a remount that would
-/// change them is refused rather than half applied.
-fn check_atime_unchanged(requested: &[String], mounted: &[String]) -> anyhow::Result<()> {
-    let words = |list: &[String]| -> Vec<String> {
-        let atime = [
-            "noatime",
-            "atime",
-            "relatime",
-            "strictatime",
-            "nodiratime",
-            "diratime",
-        ];
-        list.iter()
-            .filter(|o| atime.contains(&o.as_str()))
-            .cloned()
-            .collect()
-    };
-    let policy = |list: &[String]| {
-        let o = crate::options::MountOptions {
-            generic: words(list),
-            ..Default::default()
-        };
-        o.atime_policy()
-    };
-    let asked = words(requested);
-    let mut combined = words(mounted);
-    combined.extend(asked.iter().cloned());
-    if asked.is_empty() || policy(&combined) == policy(mounted) {
-        return Ok(());
+/// The words of `options` a remount changes on the fly, each checked
+/// here so that a bad value is refused before anything changes.
+fn tunable_words(options: &[String]) -> anyhow::Result<Vec<String>> {
+    let mut probe = MountOptions::default();
+    let mut words = Vec::new();
+    for o in options {
+        let key = o.split('=').next().unwrap_or_default();
+        if REMOUNT_TUNABLE.contains(&key) || ATIME_WORDS.contains(&o.as_str()) {
+            probe.apply_word(o)?;
+            words.push(o.clone());
+        }
     }
-    bail!(
-        "remount cannot change the atime options ({}) while mounted (unmount and mount again)",
-        asked.join(", ")
-    )
+    Ok(words)
 }
 
 /// The helper's side: asks the daemon serving `mountpoint`, and remounts
@@ -126,7 +100,7 @@ pub fn request(mountpoint: &Path, options: &[String]) -> anyhow::Result<()> {
         .with_context(|| format!("{}: no such mount point", mountpoint.display()))?;
     let mount = MountEntry::find(&target)?;
     check_changeable(options, &mount.super_options)?;
-    check_atime_unchanged(options, &mount.mount_options)?;
+    let words = tunable_words(options)?;
     let read_only = match options.iter().rev().find(|o| *o == "ro" || *o == "rw") {
         Some(o) => o == "ro",
         None => mount.read_only(),
@@ -134,19 +108,21 @@ pub fn request(mountpoint: &Path, options: &[String]) -> anyhow::Result<()> {
     let flags = mount.remount_flags(options, read_only);
     if read_only {
         kernel_remount(&target, flags)?;
-        ask_daemon(&target, "ro")
+        ask_daemon(&target, "ro", &words)
     } else {
-        ask_daemon(&target, "rw")?;
+        ask_daemon(&target, "rw", &words)?;
         kernel_remount(&target, flags)
     }
 }
 
-fn ask_daemon(target: &Path, state: &str) -> anyhow::Result<()> {
+/// Writes the request (the state on one line, the words to change on the
+/// next), signals the daemon and waits for its answer.
+fn ask_daemon(target: &Path, state: &str, words: &[String]) -> anyhow::Result<()> {
     let pid = daemon_pid(target)?;
     let request = request_path(target);
     let answer = answer_path(target);
     let _ = std::fs::remove_file(&answer);
-    std::fs::write(&request, format!("{state}\n"))
+    std::fs::write(&request, format!("{state}\n{}\n", words.join(",")))
         .with_context(|| format!("{}: cannot ask the daemon", request.display()))?;
     signal_usr2(pid)?;
     let start = Instant::now();
@@ -319,26 +295,41 @@ pub fn serve_request(fs: &Arc<Filesystem>, mountpoint: &Path) -> bool {
         return false;
     };
     let _ = std::fs::remove_file(&request);
-    let answer = match text.trim() {
-        "ro" | "rw" => {
-            let read_only = text.trim() == "ro";
-            match fs.remount(read_only) {
-                Ok(()) => {
-                    tracing::info!(read_only, "remounted");
-                    "ok".to_string()
-                }
-                Err(e) => {
-                    tracing::error!(read_only, "remount failed: {e}");
-                    format!("remount failed: {e}")
-                }
-            }
+    let answer = match remount(fs, &text) {
+        Ok(()) => "ok".to_string(),
+        Err(e) => {
+            tracing::error!("remount failed: {e:#}");
+            format!("remount failed: {e:#}")
         }
-        other => format!("unknown remount request {other:?}"),
     };
     if let Err(e) = std::fs::write(answer_path(mountpoint), format!("{answer}\n")) {
         tracing::error!("cannot answer the remount request: {e}");
     }
     true
+}
+
+/// Carries out a request: the new options are checked first, then the
+/// state changes, and only if it did do the options.
+fn remount(fs: &Filesystem, request: &str) -> anyhow::Result<()> {
+    let mut lines = request.lines();
+    let state = lines.next().unwrap_or_default().trim();
+    let read_only = match state {
+        "ro" => true,
+        "rw" => false,
+        other => bail!("unknown remount request {other:?}"),
+    };
+    let mut opts = MountOptions::from_tunables(&fs.tunables());
+    for word in lines.flat_map(|l| l.split(',')).filter(|w| !w.is_empty()) {
+        opts.apply_word(word)?;
+    }
+    fs.remount(read_only)?;
+    fs.retune(opts.tunables());
+    tracing::info!(
+        read_only,
+        options = MountOptions::describe_tunables(&fs.tunables()),
+        "remounted"
+    );
+    Ok(())
 }
 
 #[cfg(test)]
@@ -379,17 +370,35 @@ mod tests {
     }
 
     #[test]
-    fn atime_options_cannot_change_on_remount() {
-        let mounted = words("rw,nosuid,relatime");
-        assert!(check_atime_unchanged(&words("remount,ro,relatime"), &mounted).is_ok());
-        assert!(check_atime_unchanged(&words("remount,ro"), &mounted).is_ok());
-        assert!(check_atime_unchanged(&words("remount,noatime"), &mounted).is_err());
+    fn a_remount_carries_the_options_it_may_change_and_checks_them() {
+        let asked =
+            words("remount,ro,nosuid,commit=9,nobarrier,noatime,errors=continue,bdelay=jbd2");
+        assert_eq!(
+            tunable_words(&asked).unwrap(),
+            words("commit=9,nobarrier,noatime,errors=continue,bdelay=jbd2")
+        );
+        let e = tunable_words(&words("remount,commit=soon")).unwrap_err();
+        assert!(e.to_string().contains("commit"), "{e}");
+        assert!(tunable_words(&words("remount,errors=explode")).is_err());
     }
 
     #[test]
-    fn journal_options_cannot_change_on_remount() {
-        assert!(check_changeable(&words("remount,ro,nosuid,defaults"), &[]).is_ok());
-        let e = check_changeable(&words("remount,data=journal,commit=9"), &[]).unwrap_err();
-        assert!(e.to_string().contains("data=journal, commit=9"), "{e}");
+    fn fixed_options_cannot_change_on_remount() {
+        assert!(check_changeable(&words("remount,ro,nosuid,defaults,commit=9"), &[]).is_ok());
+        let e = check_changeable(&words("remount,data=journal,commit=9,noacl"), &[]).unwrap_err();
+        assert!(e.to_string().contains("data=journal, noacl"), "{e}");
+    }
+
+    #[test]
+    fn tunables_survive_the_trip_through_options() {
+        for o in [
+            "commit=7,nobarrier,errors=panic,bdelay=3,hz=100,strictatime,nodiratime",
+            "bdelay=jbd2,min_batch_time=10,max_batch_time=900,noatime",
+            "bdelay=yield,barrier=1",
+        ] {
+            let parsed = MountOptions::parse(&o.split(',').collect::<Vec<_>>()).unwrap();
+            let t = parsed.tunables();
+            assert_eq!(MountOptions::from_tunables(&t).tunables(), t, "{o}");
+        }
     }
 }

@@ -165,3 +165,88 @@ fn remount_read_only_and_back_through_the_mount_helper() {
     let listing = common::debugfs(&img.path, "ls -l /");
     assert!(listing.stdout.contains("new"), "{}", listing.stdout);
 }
+
+/// The `options:` line of a stats file, once the daemon has written one
+/// after `since` (it rewrites the file every second).
+fn options_line(stats: &Path, since: std::time::SystemTime) -> String {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let fresh = std::fs::metadata(stats)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| t > since);
+        if fresh {
+            if let Some(l) = std::fs::read_to_string(stats)
+                .unwrap_or_default()
+                .lines()
+                .find_map(|l| l.strip_prefix("options: "))
+            {
+                return l.to_string();
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no fresh stats in {}",
+            stats.display()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// `mount -o remount,...` changes what ext3_remount lets change (commit=,
+/// barrier, errors=, the batching and atime options) on the fly; a bad
+/// value is refused before anything changes.
+#[test]
+fn remount_changes_commit_barrier_errors_batching_and_atime() {
+    let test = "remount_changes_commit_barrier_errors_batching_and_atime";
+    if !can_mount(test) {
+        return;
+    }
+    let (img, dir) = image_and_dir("kmount-retune");
+    let mnt = dir.path.join("mnt");
+    let stats = dir.path.join("stats");
+    let opts = format!("stats={},strictatime", stats.display());
+    let d = Daemon::start(&img.path, &mnt, &opts, Duration::from_secs(30)).unwrap();
+    let before = options_line(&stats, std::time::UNIX_EPOCH);
+    assert!(
+        before.starts_with("commit=5,barrier=1,errors=remount-ro,bdelay=auto"),
+        "{before}"
+    );
+    assert!(before.ends_with("strictatime"), "{before}");
+    std::fs::write(mnt.join("file"), b"read me").unwrap();
+
+    let asked = std::time::SystemTime::now();
+    let out = helper(
+        &img.path,
+        &mnt,
+        "remount,commit=1,nobarrier,errors=continue,bdelay=jbd2,max_batch_time=2000,noatime",
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    std::thread::sleep(Duration::from_millis(1100));
+    let after = options_line(&stats, asked);
+    assert_eq!(
+        after,
+        "commit=1,barrier=0,errors=continue,bdelay=jbd2,min_batch_time=0,max_batch_time=2000,noatime"
+    );
+    // noatime now: a read leaves atime where it was.
+    let atime = |p: &Path| std::fs::metadata(p).unwrap().accessed().unwrap();
+    let was = atime(&mnt.join("file"));
+    std::thread::sleep(Duration::from_millis(20));
+    std::fs::read(mnt.join("file")).unwrap();
+    assert_eq!(atime(&mnt.join("file")), was, "noatime after the remount");
+
+    // A bad value changes nothing, not even the options asked beside it.
+    let out = helper(&img.path, &mnt, "remount,commit=9,errors=explode");
+    assert!(!out.status.success(), "errors=explode accepted");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("explode"));
+    let asked = std::time::SystemTime::now();
+    std::thread::sleep(Duration::from_millis(1100));
+    assert_eq!(options_line(&stats, asked), after);
+
+    let exited = d.stop();
+    assert!(exited.status.success(), "{exited:?}");
+    common::assert_e2fsck_clean(&img.path, "after remounts that retuned the journal");
+}

@@ -93,7 +93,8 @@ struct Recorded {
 
 /// The errors= policy of one mount, and the errors seen so far.
 pub struct ErrorState {
-    policy: ErrorsPolicy,
+    /// Set at mount, changed by a remount. [its own lock, a leaf]
+    policy: Mutex<ErrorsPolicy>,
     panic_action: PanicAction,
     /// The device below the watch: the error record must reach it even
     /// after writes through the watch are refused.
@@ -117,7 +118,7 @@ impl ErrorState {
         read_only: bool,
     ) -> Arc<Self> {
         Arc::new(ErrorState {
-            policy,
+            policy: Mutex::new(policy),
             panic_action,
             raw,
             record_on_disk: !read_only,
@@ -139,7 +140,12 @@ impl ErrorState {
     }
 
     pub fn policy(&self) -> ErrorsPolicy {
-        self.policy
+        *self.policy.lock()
+    }
+
+    /// A remount's new `errors=`: for errors from now on.
+    pub fn set_policy(&self, policy: ErrorsPolicy) {
+        *self.policy.lock() = policy;
     }
 
     /// Whether an error made the filesystem read-only.
@@ -163,7 +169,7 @@ impl ErrorState {
             ino = rec.ino,
             block = rec.block,
             func = rec.func,
-            policy = %self.policy,
+            policy = %self.policy(),
             "filesystem error"
         );
         {
@@ -172,7 +178,7 @@ impl ErrorState {
             r.first.get_or_insert_with(|| rec.clone());
             r.last = Some(rec);
         }
-        if self.policy == ErrorsPolicy::Panic {
+        if self.policy() == ErrorsPolicy::Panic {
             // Before anything else can reach the device.
             self.halted.store(true, Ordering::Release);
         }
@@ -184,7 +190,7 @@ impl ErrorState {
                 tracing::error!("could not record the error in the superblock: {e}");
             }
         }
-        if self.policy != ErrorsPolicy::Continue {
+        if self.policy() != ErrorsPolicy::Continue {
             if !self.read_only.swap(true, Ordering::AcqRel) {
                 tracing::error!("remounting the filesystem read-only");
             }
@@ -192,7 +198,7 @@ impl ErrorState {
                 j.abort_new_handles();
             }
         }
-        if self.policy == ErrorsPolicy::Panic {
+        if self.policy() == ErrorsPolicy::Panic {
             tracing::error!("errors=panic: stopping after the error");
             if self.panic_action == PanicAction::ExitProcess {
                 std::process::exit(PANIC_EXIT_STATUS);

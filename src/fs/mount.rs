@@ -40,6 +40,17 @@ pub struct MountConfig {
     /// `-o acl` / `-o noacl`: POSIX ACLs on or off; `None` takes the
     /// superblock's default mount options (mke2fs sets `acl`), as ext3.
     pub acl: Option<bool>,
+    /// relatime, strictatime, noatime, nodiratime (see atime.rs).
+    pub atime: super::atime::AtimePolicy,
+}
+
+/// What a remount may change on the fly, as ext3_remount does: the
+/// journal's barrier, commit interval and batching, errors=, and atime.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Tunables {
+    pub journal: JournalConfig,
+    pub errors: super::error::ErrorsPolicy,
+    pub atime: super::atime::AtimePolicy,
 }
 
 impl Default for MountConfig {
@@ -55,6 +66,7 @@ impl Default for MountConfig {
             panic_action: Default::default(),
             max_map: u32::MAX,
             acl: None,
+            atime: Default::default(),
         }
     }
 }
@@ -79,6 +91,9 @@ pub struct Filesystem {
     /// Remounted read-only (`mount -o remount,ro`): the log is empty and
     /// nothing is written until a remount read-write. [atomic]
     pub(crate) remounted_ro: std::sync::atomic::AtomicBool,
+    /// The atime options: set at mount, changed by a remount. [its own
+    /// lock, a leaf]
+    atime: Mutex<super::atime::AtimePolicy>,
     pub(crate) block_size: u32,
     pub(crate) groups: u32,
     /// Free blocks and inodes over all groups, kept in step with the
@@ -297,6 +312,7 @@ impl Filesystem {
             reservations: Default::default(),
             readahead: Default::default(),
             posix_acl,
+            atime: Mutex::new(config.atime),
         });
         fs.errors.attach_journal(&fs.journal);
         if fs.data_journal {
@@ -367,6 +383,28 @@ impl Filesystem {
         self.journal.thaw();
         self.remounted_ro.store(false, Ordering::Release);
         self.mark_mounted()
+    }
+
+    /// The options a remount may change, as they are now.
+    pub fn tunables(&self) -> Tunables {
+        Tunables {
+            journal: self.journal.config(),
+            errors: self.errors.policy(),
+            atime: *self.atime.lock(),
+        }
+    }
+
+    /// A remount's new options, in force from the next commit, error and
+    /// access on.
+    pub fn retune(&self, t: Tunables) {
+        self.journal.retune(t.journal);
+        self.errors.set_policy(t.errors);
+        *self.atime.lock() = t.atime;
+    }
+
+    /// The atime options in force.
+    pub fn atime_policy(&self) -> super::atime::AtimePolicy {
+        *self.atime.lock()
     }
 
     fn remount_read_only(&self) -> Result<()> {

@@ -120,10 +120,10 @@ impl Journal {
         log: &LogArea,
         entries: Vec<(u32, Checkpointed)>,
     ) -> io::Result<()> {
-        self.barrier(log)?;
+        self.barrier()?;
         let next = self.state.lock().running.tid;
         self.write_journal_superblock(log, JournalBlock(0), next)?;
-        self.barrier(log)?;
+        self.barrier()?;
         {
             let mut st = self.state.lock();
             st.head = log.first;

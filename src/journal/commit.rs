@@ -137,14 +137,14 @@ impl Journal {
         if let Some(hook) = self.flush_hook.get() {
             hook.before_commit_flush();
         }
-        self.barrier(log)?;
+        self.barrier()?;
         let (sec, nsec) = crate::util::now();
         let commit = CommitBlock::new(f.tid.0, sec as u64, nsec)
             .build(bs)
             .map_err(to_io)?;
         let at = start + blocks.len() as u32;
         self.write_log(log, at, std::slice::from_ref(&commit))?;
-        self.barrier(log)?;
+        self.barrier()?;
         let mut st = self.state.lock();
         st.head = at + 1;
         st.log_empty = false;
@@ -177,8 +177,8 @@ impl Journal {
         write_runs(&*self.dev, runs)
     }
 
-    pub(super) fn barrier(&self, log: &LogArea) -> io::Result<()> {
-        if log.barrier {
+    pub(super) fn barrier(&self) -> io::Result<()> {
+        if self.config().barrier {
             self.dev.flush()
         } else {
             Ok(())

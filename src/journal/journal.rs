@@ -33,8 +33,6 @@ pub(super) struct LogArea {
     pub maxlen: u32,
     pub uuid: [u8; 16],
     pub block_size: usize,
-    pub barrier: bool,
-    pub commit_interval: Duration,
 }
 
 impl LogArea {
@@ -163,8 +161,9 @@ pub struct Journal {
     pub(super) counters: Counters,
     /// Handles started, ever. [atomic]
     pub(super) handles: AtomicU64,
-    /// The batching policy. [set once, by enable]
-    pub(super) batching: OnceLock<Batching>,
+    /// Barriers, the commit interval and the batching policy: set by
+    /// enable, changed by a remount. [its own lock, a leaf]
+    pub(super) config: Mutex<JournalConfig>,
     /// jbd's j_last_sync_writer. [atomic]
     pub(super) last_sync_writer: AtomicU32,
     /// Synchronous handles waiting for a commit right now. [atomic]
@@ -215,7 +214,10 @@ impl Journal {
             pending_free: Mutex::new(HashSet::new()),
             counters: Counters::default(),
             handles: AtomicU64::new(0),
-            batching: OnceLock::new(),
+            config: Mutex::new(JournalConfig {
+                batching: Batching::Off,
+                ..JournalConfig::default()
+            }),
             last_sync_writer: AtomicU32::new(0),
             sync_waiters: AtomicU64::new(0),
             flush_hook: OnceLock::new(),
@@ -249,8 +251,6 @@ impl Journal {
             maxlen: jsb.s_maxlen,
             uuid: jsb.s_uuid,
             block_size: jsb.s_blocksize as usize,
-            barrier: cfg.barrier,
-            commit_interval: cfg.commit_interval,
         };
         {
             let mut st = self.state.lock();
@@ -262,12 +262,23 @@ impl Journal {
             // wrapping difference, so a request of 0 could read as newer.
             st.commit_request = st.committed;
         }
-        let interval = log.commit_interval;
-        let _ = self.batching.set(cfg.batching);
+        *self.config.lock() = cfg;
         self.log
             .set(log)
             .map_err(|_| io::Error::other("journal already enabled"))?;
-        Journal::spawn_commit_thread(self, interval)
+        Journal::spawn_commit_thread(self)
+    }
+
+    /// A remount's new barrier, commit interval and batching: from the
+    /// next commit (and the commit thread's next wait) on.
+    pub fn retune(&self, cfg: JournalConfig) {
+        *self.config.lock() = cfg;
+        self.commit_wake.notify_all();
+    }
+
+    /// The barrier, commit interval and batching in force.
+    pub fn config(&self) -> JournalConfig {
+        *self.config.lock()
     }
 
     /// Registers the file data writer (once, at mount).
@@ -327,7 +338,10 @@ impl Journal {
     }
 
     pub(super) fn batching(&self) -> Batching {
-        self.batching.get().copied().unwrap_or(Batching::Off)
+        if !self.logging() {
+            return Batching::Off;
+        }
+        self.config.lock().batching
     }
 
     pub(super) fn logging(&self) -> bool {
@@ -506,9 +520,10 @@ impl Journal {
 
     /// The commit thread: commits on request and every commit interval, and
     /// checkpoints when a data=journal writer asks it to (make_room_for_pins).
-    fn run_commit_thread(journal: Weak<Journal>, interval: Duration) {
+    fn run_commit_thread(journal: Weak<Journal>) {
         loop {
             let Some(j) = journal.upgrade() else { return };
+            let interval = j.config().commit_interval;
             let (due, checkpoint) = {
                 let mut st = j.state.lock();
                 let idle = !st.commit_requested() && !st.checkpoint_request;
@@ -551,14 +566,11 @@ impl Journal {
     }
 
     /// Starts the commit thread for `journal`.
-    pub(super) fn spawn_commit_thread(
-        journal: &Arc<Journal>,
-        interval: Duration,
-    ) -> io::Result<()> {
+    pub(super) fn spawn_commit_thread(journal: &Arc<Journal>) -> io::Result<()> {
         let weak = Arc::downgrade(journal);
         std::thread::Builder::new()
             .name("jbdfs-commit".into())
-            .spawn(move || Journal::run_commit_thread(weak, interval))?;
+            .spawn(move || Journal::run_commit_thread(weak))?;
         Ok(())
     }
 }

@@ -26,6 +26,8 @@
 //!    buffer cache locks are taken: read guards of committed buffers
 //!    (commit's frozen copies, checkpoint) and a shard lock to unpin.
 //! 3. `Journal::pending_free`: a leaf, never held with `state`.
+//! 4. `Journal::config` (barrier, commit interval, batching): a leaf, held
+//!    only to copy the values, under any of the above.
 //!
 //! Fields marked [atomic] or set once (`OnceLock`) need no lock; each field
 //! of [`Journal`] and of the structures under `state` says which applies.
@@ -59,7 +61,7 @@ pub trait CommitFlushHook: Send + Sync {
 }
 
 /// How the log is written.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct JournalConfig {
     pub barrier: bool,
     pub commit_interval: Duration,

@@ -8,7 +8,6 @@ use std::sync::Arc;
 use jbdfs::format::acl::AclType;
 use jbdfs::format::inode::{Inode, Timestamp};
 use jbdfs::format::InodeNo;
-use jbdfs::fs::atime::AtimePolicy;
 use jbdfs::fs::namei::{Caller, RenameFlags, SetAttr};
 use jbdfs::fs::xattr::SetMode;
 use jbdfs::fs::{Filesystem, FsError};
@@ -132,8 +131,6 @@ pub struct JbdFuse {
     /// cache is kept (every change to a file passes through this mount,
     /// so cached pages are never stale), or bypassed with `-o direct_io`.
     open_flags: u32,
-    /// The mount's atime options (see src/fs/atime.rs).
-    atime: AtimePolicy,
     /// Tells the kernel its cached attributes went stale. [set once, at
     /// mount]
     kernel: std::sync::OnceLock<Arc<dyn KernelCache>>,
@@ -145,15 +142,8 @@ impl JbdFuse {
             fs,
             fsync_runners: runners::Runners::new("jbdfs-fsync", MAX_FSYNC_RUNNERS),
             open_flags: FOPEN_KEEP_CACHE,
-            atime: AtimePolicy::default(),
             kernel: std::sync::OnceLock::new(),
         }
-    }
-
-    /// The mount's atime options.
-    pub fn with_atime(mut self, policy: AtimePolicy) -> Self {
-        self.atime = policy;
-        self
     }
 
     /// An open for reading (or an opendir) is the access that moves atime:
@@ -161,10 +151,12 @@ impl JbdFuse {
     /// the page cache never reach the daemon. Returns whether it moved; a
     /// failure to move it does not fail the open.
     fn accessed(&self, ino: InodeNo) -> bool {
-        self.fs.touch_atime(ino, self.atime).unwrap_or_else(|e| {
-            tracing::debug!(ino = ino.0, "atime not updated: {e}");
-            false
-        })
+        self.fs
+            .touch_atime(ino, self.fs.atime_policy())
+            .unwrap_or_else(|e| {
+                tracing::debug!(ino = ino.0, "atime not updated: {e}");
+                false
+            })
     }
 
     /// `-o direct_io`: open files bypass the kernel's page cache.

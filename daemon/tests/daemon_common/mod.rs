@@ -358,7 +358,11 @@ impl Daemon {
 
     /// Unmounts and waits for the daemon to write back and exit.
     pub fn stop(mut self) -> Exited {
-        let _ = Command::new("umount").arg(&self.dir).status();
+        // Busy while a child another test forks still holds this test's
+        // descriptors (until it execs): retried, as umount_retrying says.
+        if is_mount_point(&self.dir) {
+            umount_retrying(&self.dir);
+        }
         match self.wait_exit(Duration::from_secs(60)) {
             Some(e) => e,
             None => panic!("jbdfs did not exit after umount of {}", self.dir.display()),
@@ -389,6 +393,16 @@ pub fn umount_retrying(dir: &Path) {
         }
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// Whether `dir` is a mount point now (a daemon that has exited on its
+/// own, or was killed and detached, leaves none).
+fn is_mount_point(dir: &Path) -> bool {
+    Command::new("mountpoint")
+        .arg("-q")
+        .arg(dir)
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// Detaches the mount on its directory when dropped, if it is still
