@@ -201,6 +201,50 @@ fn punch_across_direct_single_and_double_indirect() {
     }
 }
 
+/// More groups than one transaction can log a bitmap and descriptor for
+/// (1 KiB blocks, 1.1 GiB, a 1 MiB journal: 256 credits, 138 groups): a
+/// long punch is freed in chunks, one handle each, and a sparse range's
+/// holes are stepped over. The result is the same as in one handle.
+#[test]
+fn a_punch_over_more_groups_than_a_transaction_holds_is_chunked() {
+    let bs = 1024u64;
+    let img = common::TempImage::new("punch-chunks");
+    let req = jbdfs::mkfs::Request {
+        options: MkfsOptions {
+            block_size: Some(bs as u32),
+            journal_mib: Some(1),
+            ..Default::default()
+        },
+        size: Some(1100 << 20),
+        quiet: true,
+        ..Default::default()
+    };
+    jbdfs::mkfs::make_filesystem(&img.path, &req).unwrap();
+    let open = || {
+        let dev = jbdfs::device::FileDevice::open(&img.path, Default::default()).unwrap();
+        Filesystem::mount(Arc::new(dev), &MountConfig::default()).unwrap()
+    };
+    let fs = open();
+    assert_eq!(fs.journal().max_transaction_credits(), 256);
+    let [_, double, _] = level_starts(bs);
+    let mut m = dense_file(&fs, "f", bs, 2000);
+    m.write(&fs, (double + 20000) * bs, &pattern(300 * bs as usize, 5));
+    let f_empty = free(&fs) + sectors(&fs, m.ino) / 2;
+    m.punch(&fs, 700 * bs + 3, 1000 * bs);
+    m.check(&fs, "a chunked punch");
+    m.punch(&fs, 1500 * bs, m.size);
+    m.check(&fs, "a chunked punch over a sparse range");
+    m.punch(&fs, 0, m.size);
+    assert_eq!(sectors(&fs, m.ino), 0, "no block left");
+    assert_eq!(free(&fs), f_empty, "every block back");
+    fs.unmount().unwrap();
+    drop(fs);
+    common::assert_e2fsck_clean(&img.path, "after chunked punches");
+    let fs = open();
+    m.check(&fs, "after a remount");
+    fs.unmount().unwrap();
+}
+
 /// A triple-indirect range punched whole frees its data and every pointer
 /// block under i_block[14] (four of them: triple, double, two singles);
 /// punching what is left of the file gives back every block it had.
