@@ -58,7 +58,8 @@ impl Filesystem {
     /// blocks left empty; updates `i_block` and `i_blocks`, and the caller
     /// writes the inode. Each pointer is cleared in the same handle as its
     /// block's bitmap bit, so no transaction frees a block still named on
-    /// disk. The handle needs [`Self::free_range_credits`] for the range.
+    /// disk. The caller makes sure of the credits (`truncate_credits`
+    /// here, `free_range_credits` in punch.rs).
     pub(crate) fn free_range_in_handle(
         &self,
         h: &mut Handle<'_>,
