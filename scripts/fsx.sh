@@ -35,9 +35,9 @@
 # its own file), unmounts with scripts/umount.fuse.jbdfs and checks the
 # image with `e2fsck -fn`. fsx does pread/pwrite, mmap reads and writes,
 # msync(MS_INVALIDATE), ftruncate, fsync, fdatasync, posix_fallocate,
-# sendfile, posix_fadvise, copy_file_range and close/reopen, checking every
-# read against its own copy of the file; punch_hole is off in the project
-# configuration (jbdfs cannot punch holes yet). A failing run leaves fsx's
+# punch_hole (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE), sendfile,
+# posix_fadvise, copy_file_range and close/reopen, checking every read
+# against its own copy of the file. A failing run leaves fsx's
 # log (with its LOG DUMP of the last operations) and the .fsxgood/.fsxbad
 # files in the logs directory.
 #
@@ -152,7 +152,7 @@ truncate = 2
 fsync = 1
 fdatasync = 1
 posix_fallocate = 1
-punch_hole = 0        # jbdfs cannot punch holes yet (FALLOC_FL_PUNCH_HOLE)
+punch_hole = 1
 sendfile = 1
 posix_fadvise = 1
 copy_file_range = 1

@@ -142,6 +142,10 @@ fn run_op(fs: &Filesystem, op: &Op) -> anyhow::Result<()> {
                 r => r.map_err(err)?,
             }
         }
+        Op::PunchHole { path, off, len } => {
+            let f = resolve(fs, path).map_err(err)?;
+            fs.punch_hole(f, *off, *len).map_err(err)?;
+        }
         Op::Truncate { path, size } => {
             let f = resolve(fs, path).map_err(err)?;
             let a = SetAttr {

@@ -156,6 +156,8 @@ fn plan(workload: &str, quick: bool) -> (usize, usize) {
         ("ace", false) => (0, 300),
         ("fsx", true) => (60, 1),
         ("fsx", false) => (300, 4),
+        ("punch", true) => (40, 1),
+        ("punch", false) => (150, 4),
         ("dirtree", true) => (20, 1),
         ("dirtree", false) => (60, 3),
         (_, true) => (30, 1),

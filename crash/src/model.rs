@@ -40,6 +40,12 @@ pub enum Op {
         len: u64,
         keep_size: bool,
     },
+    /// fallocate(PUNCH_HOLE | KEEP_SIZE): `off..off + len` reads as zeros.
+    PunchHole {
+        path: String,
+        off: u64,
+        len: u64,
+    },
     Link {
         from: String,
         to: String,
@@ -182,6 +188,13 @@ impl Model {
                 let end = (off + len) as usize;
                 if !keep_size && n.data.len() < end {
                     n.data.resize(end, 0);
+                }
+            }
+            Op::PunchHole { path, off, len } => {
+                let data = &mut self.node_mut(path)?.data;
+                let end = (off + len).min(data.len() as u64) as usize;
+                if (*off as usize) < end {
+                    data[*off as usize..end].fill(0);
                 }
             }
             Op::Truncate { path, size } => self.node_mut(path)?.data.resize(*size as usize, 0),

@@ -11,6 +11,7 @@ pub const WORKLOADS: &[&str] = &[
     "fsx",
     "rename_link",
     "truncate_append",
+    "punch",
     "dirtree",
     "ace",
 ];
@@ -28,6 +29,7 @@ pub fn generate(name: &str, seed: u64, size: usize) -> anyhow::Result<Vec<Op>> {
         "fsx" => g.fsx(size),
         "rename_link" => g.rename_link(size),
         "truncate_append" => g.truncate_append(size),
+        "punch" => g.punch(size),
         "dirtree" => g.dirtree(size),
         "ace" => g.ace(),
         _ => anyhow::bail!(
@@ -272,6 +274,47 @@ impl Gen {
             }
         }
         self.push(Op::Sync);
+    }
+
+    /// punch: one file written densely across the direct, single- and
+    /// double-indirect edges (at 1 KiB blocks, 12 KiB and 268 KiB), then
+    /// holes punched in it (partial blocks at the ends; whole pointer
+    /// blocks emptied and freed), parts written again and truncated, with
+    /// fsync and fdatasync between them.
+    fn punch(&mut self, size: usize) {
+        let f = "punch".to_string();
+        self.push(Op::Create(f.clone()));
+        let max_len: u64 = 300 << 10;
+        for off in (0..max_len).step_by(MAX_WRITE as usize) {
+            self.write(&f, off, MAX_WRITE.min(max_len - off));
+        }
+        self.push(Op::Fsync(f.clone()));
+        for _ in 0..size {
+            match self.rng.below(10) {
+                0..=4 => {
+                    let op = Op::PunchHole {
+                        path: f.clone(),
+                        off: self.rng.below(max_len),
+                        len: 1 + self.rng.below(64 << 10),
+                    };
+                    self.push(op);
+                }
+                5..=7 => {
+                    let off = self.rng.below(max_len);
+                    let len = 1 + self.rng.below(MAX_WRITE);
+                    self.write(&f, off, len.min(max_len - off).max(1));
+                }
+                8 => {
+                    let size = max_len / 2 + self.rng.below(max_len / 2);
+                    self.push(Op::Truncate {
+                        path: f.clone(),
+                        size,
+                    });
+                }
+                _ => self.sync_file(&f),
+            }
+        }
+        self.push(Op::Fsync(f));
     }
 
     /// Directory trees made and removed: nested mkdirs with files, rmdir of

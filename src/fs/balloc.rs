@@ -42,6 +42,9 @@ const MAX_PINS: usize = 64;
 /// Files with fewer blocks than this never move away from their goal:
 /// small files stay near their directory.
 const SPREAD_MIN_BLOCKS: u64 = 2048;
+/// Commits an operation may force to free up blocks after an ENOSPC
+/// (ext3_should_retry_alloc's three).
+const ALLOC_RETRIES: u32 = 3;
 
 #[derive(Clone, Copy, Debug)]
 struct Window {
@@ -261,6 +264,21 @@ impl Filesystem {
             self.sb.lock().s_r_blocks_count as i64
         };
         free - (n as i64) >= reserved
+    }
+
+    /// After an ENOSPC, with no handle open: whether to try again, having
+    /// committed the running transaction (ext3_should_retry_alloc). Blocks
+    /// freed by a transaction that has not committed count as free but
+    /// cannot be allocated yet (a crash could still bring back their old
+    /// owner), so a fallocate or write right after an unlink would fail
+    /// although the space is there. As ext3: at most `ALLOC_RETRIES`
+    /// commits per operation, and none when nothing waits to be released.
+    pub(crate) fn should_retry_alloc(&self, retries: &mut u32) -> bool {
+        if *retries >= ALLOC_RETRIES || !self.journal.has_pending_frees() {
+            return false;
+        }
+        *retries += 1;
+        self.journal.force_commit().is_ok()
     }
 
     /// Allocates a run of up to `count` contiguous blocks, starting as close

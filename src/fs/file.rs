@@ -39,13 +39,13 @@ const DIRECT_MIN_BLOCKS: u64 = 16;
 type Deferred<'q, 'd> = (DirectWrite<'q>, &'d [u8]);
 
 /// What one handle's share of a write did.
-struct RunsDone<'q, 'd> {
+pub(super) struct RunsDone<'q, 'd> {
     /// Bytes written (or claimed) from the start of the share.
-    bytes: usize,
+    pub(super) bytes: usize,
     /// What stopped it short.
-    err: Option<FsError>,
+    pub(super) err: Option<FsError>,
     /// Claimed direct writes, for after the handle stops.
-    direct: Vec<Deferred<'q, 'd>>,
+    pub(super) direct: Vec<Deferred<'q, 'd>>,
 }
 
 impl RunsDone<'_, '_> {
@@ -297,6 +297,7 @@ impl Filesystem {
             MAPPED_CHUNK_BLOCKS * self.block_size as usize
         };
         let mut written = 0;
+        let mut retries = 0;
         while written < data.len() {
             let piece = &data[written..(written + chunk).min(data.len())];
             if self.data_journal {
@@ -316,6 +317,7 @@ impl Filesystem {
             match self.write_handle(ino, &mut st, at, piece, privileged) {
                 Ok(0) => break,
                 Ok(n) => written += n,
+                Err(FsError::NoSpace) if self.should_retry_alloc(&mut retries) => {}
                 // What was written stays written, as on Linux.
                 Err(_) if written > 0 => break,
                 Err(e) => return Err(e),
@@ -356,7 +358,7 @@ impl Filesystem {
     }
 
     /// Credits to start a handle that writes `len` bytes.
-    fn write_credits(&self, len: usize) -> u32 {
+    pub(super) fn write_credits(&self, len: usize) -> u32 {
         let blocks = (len as u64).div_ceil(self.block_size as u64) + 1;
         let want = self.run_credits(blocks.min(u32::MAX as u64) as u32) + 1;
         want.min(self.journal.max_transaction_credits())
@@ -406,7 +408,7 @@ impl Filesystem {
 
     /// Writes run by run: the bytes written from the start of `data`, the
     /// error that stopped it, if any, and the direct writes still to do.
-    fn write_runs<'d>(
+    pub(super) fn write_runs<'d>(
         &self,
         h: &mut Handle<'_>,
         ino: InodeNo,
@@ -683,7 +685,8 @@ impl Filesystem {
     }
     /// fallocate modes 0 and KEEP_SIZE. ext3 has no unwritten extents, so
     /// the holes in the range are allocated and zeroed, as
-    /// posix_fallocate's fallback would do.
+    /// posix_fallocate's fallback would do. An ENOSPC while blocks freed
+    /// by an uncommitted transaction wait is retried after a commit.
     pub fn fallocate(
         &self,
         ino: InodeNo,
@@ -692,18 +695,50 @@ impl Filesystem {
         keep_size: bool,
         privileged: bool,
     ) -> Result<()> {
+        let (inode, end) = self.fallocate_target(ino, offset, len)?;
+        let mut retries = 0;
+        loop {
+            let mut st = inode.state.write();
+            let res = self.allocate_locked(ino, &mut st, (offset, end), keep_size, privileged);
+            drop(st);
+            match res {
+                Err(FsError::NoSpace) if self.should_retry_alloc(&mut retries) => {}
+                res => return res,
+            }
+        }
+    }
+
+    /// What every fallocate mode checks first, as vfs_fallocate does: a
+    /// writable mount, a length, an end within the largest file. Returns
+    /// the inode and the end of the range.
+    pub(super) fn fallocate_target(
+        &self,
+        ino: InodeNo,
+        offset: u64,
+        len: u64,
+    ) -> Result<(std::sync::Arc<super::inode::InodeRef>, u64)> {
         if self.mounted_read_only() {
             return Err(FsError::ReadOnly);
         }
-        let end = offset.checked_add(len).ok_or(FsError::FileTooBig)?;
         if len == 0 {
             return Err(FsError::Invalid("zero-length fallocate"));
         }
-        if end > self.max_file_size() {
-            return Err(FsError::FileTooBig);
-        }
-        let inode = self.iget(ino)?;
-        let mut st = inode.state.write();
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= self.max_file_size())
+            .ok_or(FsError::FileTooBig)?;
+        Ok((self.iget(ino)?, end))
+    }
+
+    /// One attempt at allocating bytes `offset..end`: all or nothing.
+    fn allocate_locked(
+        &self,
+        ino: InodeNo,
+        st: &mut InodeState,
+        (offset, end): (u64, u64),
+        keep_size: bool,
+        privileged: bool,
+    ) -> Result<()> {
         if !st.disk.is_reg() {
             return Err(FsError::Invalid("fallocate of a non-regular file"));
         }
@@ -720,10 +755,26 @@ impl Filesystem {
         let last = (end - 1) / bs;
         // The common ENOSPC refused before anything changes: the holes
         // alone need more blocks than are free.
-        let holes = self.holes_in(ino, &st, first, last)?;
+        let holes = self.holes_in(ino, st, first, last)?;
         if !self.may_allocate(holes.min(u32::MAX as u64) as u32, privileged) {
             return Err(FsError::NoSpace);
         }
+        let new_size = (!keep_size).then_some(end);
+        self.allocate_handles(ino, st, (first, last), new_size, privileged)
+    }
+
+    /// Allocates the holes of blocks `first..=last`, handle by handle,
+    /// growing i_size towards `new_size` as blocks are added; on failure
+    /// gives back what every handle took.
+    fn allocate_handles(
+        &self,
+        ino: InodeNo,
+        st: &mut InodeState,
+        (first, last): (u64, u64),
+        new_size: Option<u64>,
+        privileged: bool,
+    ) -> Result<()> {
+        let bs = self.block_size as u64;
         let saved = (st.disk.clone(), st.last_alloc);
         // What each handle allocated, for an undo if a later one fails
         // (another file took the blocks meanwhile, or pointer blocks).
@@ -742,27 +793,19 @@ impl Filesystem {
                     break;
                 }
                 res = self
-                    .fill_hole(
-                        &mut h,
-                        ino,
-                        &mut st,
-                        logical as u32,
-                        want,
-                        privileged,
-                        &mut new,
-                    )
+                    .fill_hole(&mut h, ino, st, logical as u32, want, privileged, &mut new)
                     .map(|n| logical += n as u64);
             }
             if let Err(e) = res {
                 // All or nothing: what this call allocated is given back and
                 // the inode is as it was.
-                if let Err(u) = self.undo_fallocate(h, ino, &mut st, new, earlier, saved) {
+                if let Err(u) = self.undo_fallocate(h, ino, st, new, earlier, saved) {
                     tracing::error!(inode = ino.0, "undoing a failed fallocate: {u}");
                 }
                 return Err(e);
             }
             let done = logical > last;
-            if !keep_size {
+            if let Some(end) = new_size {
                 // Each handle commits on its own, so i_size must cover the
                 // blocks allocated so far (ext3 allows no blocks past it).
                 let reached = if done { end } else { logical * bs };
@@ -826,12 +869,7 @@ impl Filesystem {
             st.disk = disk;
             st.last_alloc = last_alloc;
         }
-        let wrote = self.write_inode(&mut h, ino, &st.disk);
-        let stopped = h.stop();
-        res?;
-        wrote?;
-        stopped?;
-        Ok(())
+        self.write_inode_and_stop(h, ino, &st.disk, res)
     }
 
     /// Credits to give back `set`: for each run or pointer block, the

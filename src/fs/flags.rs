@@ -86,6 +86,12 @@ pub(crate) fn may_write(inode: &Inode) -> Result<()> {
     Ok(())
 }
 
+/// Punching a hole (vfs_fallocate: any mode beyond KEEP_SIZE): not on an
+/// immutable or append-only inode, since it changes data already written.
+pub(crate) fn may_punch(inode: &Inode) -> Result<()> {
+    may_change_xattrs(inode)
+}
+
 /// setxattr and removexattr (xattr_permission): not on an immutable or
 /// append-only inode.
 pub(crate) fn may_change_xattrs(inode: &Inode) -> Result<()> {

@@ -168,6 +168,24 @@ impl Filesystem {
         Ok(())
     }
 
+    /// Ends an operation's handle: writes the inode whether or not `res`
+    /// is an error (what was done before it must be recorded), stops the
+    /// handle, and returns the first error of the three.
+    pub(crate) fn write_inode_and_stop(
+        &self,
+        mut h: Handle<'_>,
+        ino: InodeNo,
+        inode: &Inode,
+        res: Result<()>,
+    ) -> Result<()> {
+        let wrote = self.write_inode(&mut h, ino, inode);
+        let stopped = h.stop();
+        res?;
+        wrote?;
+        stopped?;
+        Ok(())
+    }
+
     /// A new in-memory inode record of this filesystem's inode size.
     pub(crate) fn blank_inode(&self) -> Inode {
         let size = self.sb.lock().inode_size() as usize;

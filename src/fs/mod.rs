@@ -19,6 +19,7 @@ pub mod inode;
 pub mod mount;
 pub mod namei;
 pub mod orphan;
+pub mod punch;
 pub mod readahead;
 pub mod readdir;
 pub mod rename;

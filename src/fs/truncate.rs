@@ -1,5 +1,6 @@
-//! Truncation (Linux: ext3_truncate): free every block at or past a logical
-//! block, pruning pointer blocks that become empty.
+//! Freeing a file's blocks (Linux: ext3_truncate, and ext4_ind_remove_space
+//! for hole punching): free every block of a logical range, pruning pointer
+//! blocks that become empty. Truncation is the range that runs to the end.
 
 use super::bmap::EXT3_NDIR_BLOCKS;
 use super::inode::InodeState;
@@ -50,9 +51,27 @@ impl Filesystem {
         st: &mut InodeState,
         start: u64,
     ) -> Result<()> {
+        self.free_range_in_handle(h, ino, st, start, u64::MAX)
+    }
+
+    /// Frees the blocks of logical blocks `start..end`, and the pointer
+    /// blocks left empty; updates `i_block` and `i_blocks`, and the caller
+    /// writes the inode. Each pointer is cleared in the same handle as its
+    /// block's bitmap bit, so no transaction frees a block still named on
+    /// disk. The caller makes sure of the credits (`truncate_credits`
+    /// here, `free_range_credits` in punch.rs).
+    pub(crate) fn free_range_in_handle(
+        &self,
+        h: &mut Handle<'_>,
+        ino: InodeNo,
+        st: &mut InodeState,
+        start: u64,
+        end: u64,
+    ) -> Result<()> {
         let mut list = FreeList::default();
         for i in 0..EXT3_NDIR_BLOCKS {
-            if i as u64 >= start && st.disk.i_block[i] != 0 {
+            let inside = (start..end).contains(&(i as u64));
+            if inside && st.disk.i_block[i] != 0 {
                 list.push(st.disk.i_block[i]);
                 st.disk.i_block[i] = 0;
             }
@@ -62,9 +81,9 @@ impl Filesystem {
         for (slot, depth) in [(12usize, 1u32), (13, 2), (14, 3)] {
             let span = p.pow(depth);
             let root = st.disk.i_block[slot];
-            if root != 0 && start < base + span {
-                let first = start.saturating_sub(base);
-                if self.free_tree(h, ino, root, depth, first, &mut list)? {
+            if root != 0 && start < base + span && end > base {
+                let range = (start.saturating_sub(base), end - base);
+                if self.free_tree(h, ino, root, depth, range, &mut list)? {
                     st.disk.i_block[slot] = 0;
                 }
             }
@@ -89,7 +108,7 @@ impl Filesystem {
         want.min(self.journal.max_transaction_credits())
     }
 
-    /// Frees what lies at or past `first` (relative to the subtree) under
+    /// Frees what lies in `first..end` (relative to the subtree) under
     /// the pointer block `block` of `depth`; returns whether the block
     /// itself became empty and was freed.
     fn free_tree(
@@ -98,7 +117,7 @@ impl Filesystem {
         ino: InodeNo,
         block: u32,
         depth: u32,
-        first: u64,
+        (first, end): (u64, u64),
         list: &mut FreeList,
     ) -> Result<bool> {
         let b = match self.check_block_ptr(ino, block) {
@@ -113,7 +132,7 @@ impl Filesystem {
         let mut cleared = vec![false; ptrs.len()];
         for (i, &ptr) in ptrs.iter().enumerate() {
             let child_base = i as u64 * child_span;
-            if ptr == 0 || child_base + child_span <= first {
+            if ptr == 0 || child_base + child_span <= first || child_base >= end {
                 continue;
             }
             let gone = if depth == 1 {
@@ -125,7 +144,7 @@ impl Filesystem {
                     ino,
                     ptr,
                     depth - 1,
-                    first.saturating_sub(child_base),
+                    (first.saturating_sub(child_base), end - child_base),
                     list,
                 )?
             };

@@ -59,6 +59,12 @@ impl Journal {
         self.logging() && self.pending_free.lock().contains(&block)
     }
 
+    /// Whether any freed block still waits for its transaction to commit:
+    /// an allocation that failed may then succeed after a commit.
+    pub fn has_pending_frees(&self) -> bool {
+        self.logging() && !self.pending_free.lock().is_empty()
+    }
+
     /// `freed`, a committed transaction's frees, may be allocated again.
     pub(super) fn release_freed(&self, freed: &[u32]) {
         let mut pending = self.pending_free.lock();

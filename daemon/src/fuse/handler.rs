@@ -461,7 +461,16 @@ impl JbdFuse {
         self.done(copied, |n| Answer::Written(n as u32))
     }
 
+    /// FALLOCATE: allocation (modes 0 and KEEP_SIZE) and hole punching
+    /// (PUNCH_HOLE, which Linux accepts only with KEEP_SIZE). Anything else,
+    /// ZERO_RANGE included, is EOPNOTSUPP, as ext4 answers for a
+    /// block-mapped file (docs/ARCHITECTURE.md, "fallocate").
     fn fallocate(&self, ctx: &Ctx, ino: NodeId, offset: u64, length: u64, mode: i32) -> Outcome {
+        const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
+        if mode == PUNCH {
+            let res = self.fs.punch_hole(to_ext3(ino), offset, length);
+            return self.done(res, |()| Answer::Empty);
+        }
         if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
             return Err(Errno::from_i32(libc::EOPNOTSUPP));
         }
