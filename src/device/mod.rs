@@ -11,6 +11,7 @@ pub mod file;
 pub mod lock;
 pub mod memory;
 pub mod nbd;
+pub mod open;
 pub mod overlay;
 pub mod record;
 
@@ -21,6 +22,7 @@ pub use fault::{FaultDevice, FaultOp, FaultPlan};
 pub use file::{FileDevice, OpenOptions};
 pub use memory::MemoryDevice;
 pub use nbd::{NbdConfig, NbdDevice};
+pub use open::{open_writable, Opened, Source, SourceOptions};
 pub use overlay::OverlayDevice;
 pub use record::{Event, RecordingDevice};
 

@@ -207,7 +207,11 @@ pub fn handshake<S: Read + Write>(s: &mut S, export: &str) -> io::Result<ExportI
                 return export_info_from(size, flags, sizes);
             }
             REP_ERR_UNSUP => return export_name_fallback(s, export, no_zeroes),
-            k if k & REP_ERR != 0 => return Err(option_error(k, export, &payload)),
+            k if k & REP_ERR != 0 => {
+                // Leave politely; the error is what matters.
+                let _ = send_option(s, OPT_ABORT, &[]);
+                return Err(option_error(k, export, &payload));
+            }
             k => return Err(bad(format!("unexpected option reply type {k}"))),
         }
     }
