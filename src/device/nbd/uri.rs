@@ -107,6 +107,12 @@ fn split_host_port(authority: &str) -> Result<(String, u16), String> {
         None | Some("") => DEFAULT_PORT,
         Some(p) => p.parse().map_err(|_| format!("bad port {p:?}"))?,
     };
+    if host
+        .chars()
+        .any(|c| c.is_control() || c.is_whitespace() || "[]@/?#%".contains(c))
+    {
+        return Err(format!("bad host name {host:?}"));
+    }
     // An empty host means the local machine, as libnbd reads it.
     let host = if host.is_empty() {
         "localhost".to_string()
@@ -212,6 +218,8 @@ mod tests {
             "nbd://u@h/x",
             "nbd://h/%zz",
             "nbd://[::1/x",
+            "nbd://[[H]:9/x",
+            "nbd://a b/x",
             "http://h/x",
         ] {
             assert!(NbdUri::parse(bad).is_err(), "{bad}");
