@@ -486,6 +486,12 @@ impl NbdDevice {
         st.gen = 1;
         drop(st);
         tracing::debug!(address = %dev.cfg.address, export = %dev.cfg.export, ?info, "NBD export connected");
+        if !info.can_flush() && !info.read_only() {
+            tracing::warn!(
+                "NBD server {} offers no FLUSH: writes count as durable once acknowledged",
+                dev.cfg.address
+            );
+        }
         Ok(dev)
     }
 
