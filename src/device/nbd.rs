@@ -6,7 +6,9 @@
 //! under one writer lock, and a reader thread hands each reply to the
 //! caller waiting on its cookie. A connection that drops is replaced
 //! (reconnect with backoff, fresh handshake) for up to `timeout`, and what
-//! was in flight is sent again (reads and writes are idempotent).
+//! was in flight is sent again (reads and writes are idempotent). A
+//! connection on which a request has waited `timeout` for its reply (a
+//! server that stopped answering) counts as dropped too.
 //!
 //! Durability across reconnects: a server may lose writes it acknowledged
 //! but had not yet flushed when its connection (or the server) died. So
@@ -236,6 +238,8 @@ struct Pending {
     reply_len: usize,
     /// A write's offset and data, for the unflushed log on success.
     write: Option<(u64, Payload)>,
+    /// When it was sent, to tell a server that stopped answering.
+    sent: Instant,
 }
 
 #[derive(Default)]
@@ -305,6 +309,9 @@ impl Unflushed {
 /// One connection in transmission phase.
 struct Conn {
     gen: u64,
+    /// A request unanswered this long means the server is stuck: the
+    /// connection is dropped and the request sent again elsewhere.
+    timeout: Duration,
     writer: Mutex<Stream>,
     /// A second handle on the socket, to shut it down without the writer
     /// lock (a sender may be blocked in it).
@@ -343,6 +350,7 @@ impl Conn {
                 slot: slot.clone(),
                 reply_len,
                 write: write.clone(),
+                sent: Instant::now(),
             };
             p.map.insert(cookie, pending);
         }
@@ -356,6 +364,12 @@ impl Conn {
             self.control.shutdown();
         }
         slot
+    }
+
+    /// Whether a request has waited longer than the timeout.
+    fn stalled(&self) -> bool {
+        let p = self.pending.lock();
+        p.map.values().any(|r| r.sent.elapsed() > self.timeout)
     }
 
     /// Tells the server we are leaving and closes the socket.
@@ -375,7 +389,11 @@ impl Conn {
 
 /// The reader thread: replies to their callers until the connection ends,
 /// then every request still waiting is lost.
-fn read_loop(conn: Arc<Conn>, mut stream: Stream, log: Option<Arc<Mutex<Unflushed>>>) {
+fn read_loop(conn: Arc<Conn>, stream: Stream, log: Option<Arc<Mutex<Unflushed>>>) {
+    let mut stream = Patient {
+        stream,
+        conn: &conn,
+    };
     let err = loop {
         let mut taken = None;
         let reply = proto::read_reply(&mut stream, |cookie| {
@@ -422,6 +440,41 @@ fn read_loop(conn: Arc<Conn>, mut stream: Stream, log: Option<Arc<Mutex<Unflushe
     conn.control.shutdown();
     for p in waiting {
         p.slot.complete(Outcome::Lost);
+    }
+}
+
+/// The reader's socket, which wakes up now and then (its read timeout) to
+/// see whether a request has waited too long; a reply arriving in pieces
+/// is simply waited for.
+struct Patient<'a> {
+    stream: Stream,
+    conn: &'a Conn,
+}
+
+impl Read for Patient<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            match self.stream.read(buf) {
+                Err(e)
+                    if matches!(
+                        e.kind(),
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                    ) =>
+                {
+                    if self.conn.stalled() {
+                        return Err(io::Error::new(
+                            io::ErrorKind::TimedOut,
+                            format!(
+                                "no reply from the NBD server for {:.1} s",
+                                self.conn.timeout.as_secs_f64()
+                            ),
+                        ));
+                    }
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                r => return r,
+            }
+        }
     }
 }
 
@@ -535,10 +588,18 @@ impl NbdDevice {
     }
 
     fn start(&self, stream: Stream, gen: u64) -> io::Result<Arc<Conn>> {
+        let timeout = self.cfg.timeout;
+        // The reader wakes this often to look for stuck requests; a sender
+        // blocked this long on a server that stopped reading gives up
+        // (and the connection with it).
+        let poll = (timeout / 4).clamp(Duration::from_millis(10), Duration::from_secs(1));
+        stream.set_read_timeout(Some(poll))?;
+        stream.set_write_timeout(Some(timeout))?;
         let reader_stream = stream.try_clone()?;
         let control = stream.try_clone()?;
         let conn = Arc::new(Conn {
             gen,
+            timeout,
             writer: Mutex::new(stream),
             control,
             pending: Mutex::new(PendingMap::default()),

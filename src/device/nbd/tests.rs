@@ -27,6 +27,8 @@ struct Behaviour {
     wrong_cookie: bool,
     /// Hang up on every new connection right after accepting it.
     refuse: bool,
+    /// Read requests and never answer them.
+    stall: bool,
 }
 
 #[derive(Default)]
@@ -100,6 +102,13 @@ impl Fake {
 
     fn connect(&self) -> NbdDevice {
         NbdDevice::connect(self.config()).unwrap()
+    }
+
+    /// A client that gives a lost server `ms` milliseconds.
+    fn connect_patiently(&self, ms: u64) -> NbdDevice {
+        let mut cfg = self.config();
+        cfg.timeout = Duration::from_millis(ms);
+        NbdDevice::connect(cfg).unwrap()
     }
 
     fn set(&self, f: impl FnOnce(&mut Behaviour)) {
@@ -205,6 +214,9 @@ fn serve(mut s: UnixStream, disk: Arc<Mutex<Disk>>, how: Arc<Mutex<Behaviour>>) 
             }
             how.clone()
         };
+        if b.stall {
+            continue;
+        }
         let cookie = if b.wrong_cookie {
             cookie ^ 0xdead
         } else {
@@ -370,9 +382,7 @@ fn bad_magic_and_wrong_cookies_are_errors_not_panics() {
         wrong_cookie: true,
         ..Default::default()
     });
-    let mut cfg = fake.config();
-    cfg.timeout = Duration::from_secs(1);
-    let d = NbdDevice::connect(cfg).unwrap();
+    let d = fake.connect_patiently(1000);
     let mut b = [0u8; 512];
     let t = Instant::now();
     // Each reply is framed wrong, so each connection is dropped and
@@ -420,9 +430,7 @@ fn a_dropped_connection_is_replaced_and_unflushed_writes_are_sent_again() {
 #[test]
 fn a_server_that_stays_away_fails_requests_after_the_timeout() {
     let fake = Fake::start(Behaviour::default());
-    let mut cfg = fake.config();
-    cfg.timeout = Duration::from_millis(500);
-    let d = NbdDevice::connect(cfg).unwrap();
+    let d = fake.connect_patiently(500);
     fake.set(|h| {
         h.refuse = true;
         h.drop_at = Some(1);
@@ -470,4 +478,19 @@ fn unflushed_ranges_keep_the_newest_bytes() {
     u.retire(3, 2);
     assert_eq!(u.ranges.len(), 4);
     assert_eq!(u.bytes, 100);
+}
+
+#[test]
+fn a_server_that_stops_answering_is_given_up_on() {
+    let fake = Fake::start(Behaviour::default());
+    let d = fake.connect_patiently(400);
+    fake.set(|h| h.stall = true);
+    let mut b = [0u8; 512];
+    let t = Instant::now();
+    let e = d.read_at(&mut b, 0).unwrap_err();
+    assert!(t.elapsed() >= Duration::from_millis(400));
+    assert!(t.elapsed() < Duration::from_secs(5), "{:?}", t.elapsed());
+    assert!(e.to_string().contains("unreachable"), "{e}");
+    // It tried again on a new connection before giving up.
+    assert!(fake.connections.load(Ordering::SeqCst) >= 2);
 }
