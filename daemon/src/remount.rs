@@ -66,6 +66,7 @@ fn check_changeable(requested: &[String], mounted_with: &[String]) -> anyhow::Re
         "devsim",
         "stats",
         "max_map",
+        "nbd_timeout",
     ];
     let fixed: Vec<&String> = requested
         .iter()
