@@ -29,6 +29,10 @@ struct Behaviour {
     refuse: bool,
     /// Read requests and never answer them.
     stall: bool,
+    /// The size the handshake claims (the disk is always SIZE bytes).
+    claimed_size: Option<u64>,
+    /// Send only half of the next read's data, then hang up.
+    truncate_next_read: bool,
 }
 
 #[derive(Default)]
@@ -176,7 +180,7 @@ fn serve(mut s: UnixStream, disk: Arc<Mutex<Disk>>, how: Arc<Mutex<Behaviour>>) 
             continue;
         }
         let mut info = INFO_EXPORT.to_be_bytes().to_vec();
-        info.extend_from_slice(&(SIZE as u64).to_be_bytes());
+        info.extend_from_slice(&b.claimed_size.unwrap_or(SIZE as u64).to_be_bytes());
         info.extend_from_slice(&(b.flags | TFLAG_HAS_FLAGS).to_be_bytes());
         opt_reply(&mut s, opt, REP_INFO, &info);
         if let Some((min, pref, max)) = b.sizes {
@@ -200,8 +204,9 @@ fn serve(mut s: UnixStream, disk: Arc<Mutex<Disk>>, how: Arc<Mutex<Behaviour>>) 
         if s.read_exact(&mut data).is_err() {
             return;
         }
-        let b = {
+        let (b, truncate) = {
             let mut how = how.lock();
+            let truncate = cmd == CMD_READ && std::mem::take(&mut how.truncate_next_read);
             if let Some(n) = how.drop_at.as_mut() {
                 if *n <= 1 {
                     how.drop_at = None;
@@ -212,7 +217,7 @@ fn serve(mut s: UnixStream, disk: Arc<Mutex<Disk>>, how: Arc<Mutex<Behaviour>>) 
                 }
                 *n -= 1;
             }
-            how.clone()
+            (how.clone(), truncate)
         };
         if b.stall {
             continue;
@@ -237,6 +242,10 @@ fn serve(mut s: UnixStream, disk: Arc<Mutex<Disk>>, how: Arc<Mutex<Behaviour>>) 
                 CMD_DISC => return,
                 _ => {}
             }
+        }
+        if truncate {
+            let _ = s.write_all(&reply[..16 + len / 2]);
+            return;
         }
         held.push(reply);
         if held.len() >= b.reorder.max(1) {
@@ -493,4 +502,26 @@ fn a_server_that_stops_answering_is_given_up_on() {
     assert!(e.to_string().contains("unreachable"), "{e}");
     // It tried again on a new connection before giving up.
     assert!(fake.connections.load(Ordering::SeqCst) >= 2);
+}
+
+#[test]
+fn short_replies_and_a_server_lying_about_its_size() {
+    let fake = Fake::start(Behaviour {
+        claimed_size: Some(2 * SIZE as u64),
+        ..Default::default()
+    });
+    let d = fake.connect_patiently(1000);
+    assert_eq!(d.size(), 2 * SIZE as u64);
+    fake.disk.lock().cache[..4096].fill(3);
+    // Half a reply, then the connection goes: read again elsewhere.
+    fake.set(|h| h.truncate_next_read = true);
+    let mut b = vec![0u8; 4096];
+    d.read_at(&mut b, 0).unwrap();
+    assert!(b.iter().all(|&x| x == 3));
+    assert_eq!(fake.connections.load(Ordering::SeqCst), 2);
+    // Past the real end the server fails the request: an error, no panic.
+    let e = d.read_at(&mut b, SIZE as u64 + 4096).unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EIO));
+    assert!(d.write_at(&b, SIZE as u64).is_err());
+    d.read_at(&mut b, 0).unwrap();
 }
