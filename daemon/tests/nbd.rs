@@ -11,6 +11,7 @@
 //! skips its test loudly, or fails it with CI set). Every server a test
 //! starts is killed when it ends.
 
+use std::ffi::OsStr;
 use std::io::Write;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
@@ -490,4 +491,47 @@ fn injected_eio_reaches_the_application() {
     assert_eq!(std::fs::read(mnt.join("before")).unwrap(), b"fine");
     let exited = stop(daemon);
     assert!(!exited.stderr.contains("panicked"), "{exited:?}");
+}
+
+/// mount(8) and mount.fuse3 hand an NBD URI to jbdfs unchanged (type
+/// `fuse` with `PROGRAM#SOURCE`, so that this build's jbdfs runs, not an
+/// installed one), and umount.fuse.jbdfs waits for the daemon, which
+/// holds no image lock here, to exit.
+#[test]
+fn mount_and_umount_helpers_take_a_uri() {
+    let Some((backing, dir, mnt)) = setup("mount_and_umount_helpers_take_a_uri", "qemu-nbd") else {
+        return;
+    };
+    let mut server = Server::qemu(&backing.path, Listen::Unix(dir.path.join("nbd.sock")));
+    let uri = server.uri();
+    mkfs(&uri);
+    let source = format!("{}#{uri}", env!("CARGO_BIN_EXE_jbdfs"));
+    common::run(
+        "mount",
+        [
+            OsStr::new("-t"),
+            OsStr::new("fuse"),
+            OsStr::new("-o"),
+            OsStr::new("nbd_timeout=10,noio_uring"),
+            OsStr::new(&source),
+            mnt.as_os_str(),
+        ],
+    )
+    .expect_ok();
+    let _unmount = daemon_common::UnmountOnDrop(mnt.clone());
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let canon = std::fs::canonicalize(&mnt).unwrap();
+    let line = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(1) == Some(canon.to_str().unwrap()))
+        .expect("mounted");
+    assert!(line.starts_with(&format!("{uri} ")), "{line}");
+    assert!(line.contains(" fuse.jbdfs "), "{line}");
+    let t = tree("helper");
+    write_tree(&mnt, &t);
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/umount.fuse.jbdfs");
+    common::run(helper.to_str().unwrap(), [mnt.as_os_str()]).expect_ok();
+    // The daemon is gone, so the backing file is complete.
+    server.kill();
+    check_tree_with_linux(&backing.path, &t);
 }
