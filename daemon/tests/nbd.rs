@@ -72,9 +72,15 @@ impl Server {
     /// as jbdfs connects more than once (a check before the mount, and
     /// after any lost connection).
     fn qemu(backing: &Path, listen: Listen) -> Server {
+        Self::qemu_with(backing, listen, &[])
+    }
+
+    /// [`Server::qemu`] with more qemu-nbd options (`-r`).
+    fn qemu_with(backing: &Path, listen: Listen, more: &[&str]) -> Server {
         let mut args: Vec<String> = ["-f", "raw", "-t", "--cache=writeback", "-x", "disk"]
             .map(String::from)
             .to_vec();
+        args.extend(more.iter().map(|a| a.to_string()));
         match &listen {
             Listen::Unix(p) => args.extend(["-k".into(), p.display().to_string()]),
             Listen::Tcp(port) => args.extend([
@@ -534,4 +540,42 @@ fn mount_and_umount_helpers_take_a_uri() {
     // The daemon is gone, so the backing file is complete.
     server.kill();
     check_tree_with_linux(&backing.path, &t);
+}
+
+/// A read-only export (qemu-nbd -r): mkfs refuses it, the daemon mounts
+/// it read-only and says so, writes get EROFS, and the tree is intact.
+#[test]
+fn a_read_only_export_mounts_read_only() {
+    let Some((backing, dir, mnt)) = setup("a_read_only_export_mounts_read_only", "qemu-nbd") else {
+        return;
+    };
+    let sock = dir.path.join("nbd.sock");
+    let mut server = Server::qemu(&backing.path, Listen::Unix(sock.clone()));
+    let uri = server.uri();
+    mkfs(&uri);
+    let t = tree("ro");
+    let daemon = mount(&uri, &mnt, "");
+    write_tree(&mnt, &t);
+    assert!(stop(daemon).status.success());
+    server.kill();
+    let _server = Server::qemu_with(&backing.path, Listen::Unix(sock), &["-r"]);
+    let req = jbdfs::mkfs::Request {
+        quiet: true,
+        force: true,
+        ..Default::default()
+    };
+    let e = jbdfs::mkfs::make_filesystem(Path::new(&uri), &req).unwrap_err();
+    assert!(e.to_string().contains("read-only"), "{e}");
+    let daemon = mount(&uri, &mnt, "");
+    check_tree(&mnt, &t);
+    let e = std::fs::write(mnt.join("new"), b"x").unwrap_err();
+    assert_eq!(e.raw_os_error(), Some(libc::EROFS), "{e}");
+    let exited = stop(daemon);
+    assert!(exited.status.success(), "{exited:?}");
+    assert!(
+        exited
+            .stderr
+            .contains("exports it read-only; mounting read-only"),
+        "{exited:?}"
+    );
 }
