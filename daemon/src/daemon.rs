@@ -65,6 +65,9 @@ pub struct DaemonConfig {
     /// -o nbd_timeout=SECONDS: how long an NBD source's client retries a
     /// lost connection before I/O fails.
     pub nbd_timeout: Duration,
+    /// -o nbd_connections=N: connections to an NBD source whose server
+    /// allows several.
+    pub nbd_connections: usize,
 }
 
 /// Opens the backing store and mounts the filesystem in-process.
@@ -172,6 +175,7 @@ fn open_source(cfg: &DaemonConfig, opts: OpenOptions) -> anyhow::Result<jbdfs::d
         let opts = SourceOptions {
             file: opts,
             nbd_timeout: cfg.nbd_timeout,
+            nbd_connections: cfg.nbd_connections,
         };
         return jbdfs::device::open::open(&source, &opts)
             .map_err(|e| anyhow::anyhow!("{src}: {e}"));

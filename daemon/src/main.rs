@@ -49,6 +49,8 @@ jbdfs options (-o):
   io_uring_q_depth=N               ring entries per CPU (1-1024, default 8)
   nbd_timeout=SECS                 an NBD source may be unreachable this long
                                    before I/O fails with EIO (default 30)
+  nbd_connections=N                connections to an NBD server that allows
+                                   several (CAN_MULTI_CONN; 1-16, default 1)
   debug, sync, dirsync, max_map=N, devsim=MODEL, stats=PATH, record=PATH
 Generic FUSE and mount options (ro, rw, noatime, allow_other, default_permissions,
 fsname=, ...) are passed on; fstab, systemd (x-*) and SELinux options are accepted."
@@ -160,6 +162,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         max_map: opts.max_map.filter(|&n| n > 0).unwrap_or(u32::MAX),
         acl: opts.acl,
         nbd_timeout: std::time::Duration::from_secs(opts.nbd_timeout.into()),
+        nbd_connections: opts.nbd_connections,
     };
     let mut cfg = cfg;
     if daemon::check_mountable(&cfg)? && !cfg.read_only {

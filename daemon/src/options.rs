@@ -51,6 +51,8 @@ pub const IO_URING_Q_DEPTH_RANGE: RangeInclusive<u32> = 1..=1024;
 /// the kernel nbd client's default timeout is 30 s too).
 pub const DEFAULT_NBD_TIMEOUT_SECS: u32 = 30;
 pub const NBD_TIMEOUT_RANGE: RangeInclusive<u32> = 1..=86_400;
+/// Connections to an NBD server that allows several (CAN_MULTI_CONN).
+pub const NBD_CONNECTIONS_RANGE: RangeInclusive<usize> = 1..=16;
 
 /// How file data is ordered against the journal (`data=`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -214,6 +216,9 @@ pub struct MountOptions {
     /// Seconds an NBD source may stay unreachable before I/O fails
     /// (`-o nbd_timeout=SECONDS`).
     pub nbd_timeout: u32,
+    /// Connections to an NBD source whose server offers CAN_MULTI_CONN
+    /// (`-o nbd_connections=N`, default 1).
+    pub nbd_connections: usize,
     /// Generic FUSE/VFS options in the order given, with overridden ones removed.
     pub generic: Vec<String>,
     /// Accepted options that have no effect here (fstab, systemd, SELinux, ext3
@@ -270,6 +275,7 @@ impl Default for MountOptions {
             sync: false,
             acl: None,
             nbd_timeout: DEFAULT_NBD_TIMEOUT_SECS,
+            nbd_connections: 1,
             generic: Vec::new(),
             ignored: Vec::new(),
         }
@@ -386,6 +392,9 @@ impl MountOptions {
             "cache_size" => self.cache_size = byte_size(key, value)?,
             "threads" => self.threads = in_range(key, value, THREADS_RANGE)?,
             "nbd_timeout" => self.nbd_timeout = in_range(key, value, NBD_TIMEOUT_RANGE)?,
+            "nbd_connections" => {
+                self.nbd_connections = in_range(key, value, NBD_CONNECTIONS_RANGE)?
+            }
             "max_map" => self.max_map = Some(number(key, value, "a non-negative integer")?),
             "devsim" => self.devsim = Some(devsim(key, value)?),
             "stats" => self.stats = Some(text(key, value, "a file path")?.into()),
@@ -767,6 +776,10 @@ mod tests {
         assert_eq!(parse("nbd_timeout=5").nbd_timeout, 5);
         assert_bad_value("nbd_timeout=0", "nbd_timeout");
         assert_bad_value("nbd_timeout=x", "nbd_timeout");
+        assert_eq!(parse("").nbd_connections, 1);
+        assert_eq!(parse("nbd_connections=4").nbd_connections, 4);
+        assert_bad_value("nbd_connections=0", "nbd_connections");
+        assert_bad_value("nbd_connections=17", "nbd_connections");
     }
 
     #[test]

@@ -67,6 +67,7 @@ fn check_changeable(requested: &[String], mounted_with: &[String]) -> anyhow::Re
         "stats",
         "max_map",
         "nbd_timeout",
+        "nbd_connections",
     ];
     let fixed: Vec<&String> = requested
         .iter()

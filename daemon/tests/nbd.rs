@@ -579,3 +579,36 @@ fn a_read_only_export_mounts_read_only() {
         "{exited:?}"
     );
 }
+
+/// nbdkit offers CAN_MULTI_CONN: with -o nbd_connections=3 the daemon's
+/// writes travel over three connections (nbdkit's log filter says which),
+/// and Linux reads back the same tree.
+#[test]
+fn several_connections_to_nbdkit() {
+    let Some((backing, dir, mnt)) = setup("several_connections_to_nbdkit", "nbdkit") else {
+        return;
+    };
+    let log = dir.path.join("nbdkit.log");
+    let mut server = Server::nbdkit(
+        &backing.path,
+        &dir.path.join("nbd.sock"),
+        &["log"],
+        &[format!("logfile={}", log.display())],
+    );
+    let uri = server.uri();
+    mkfs(&uri);
+    let t = tree("multi");
+    let daemon = mount(&uri, &mnt, "nbd_connections=3");
+    write_tree(&mnt, &t);
+    assert!(stop(daemon).status.success());
+    server.kill();
+    let text = std::fs::read_to_string(&log).unwrap();
+    let writers: std::collections::BTreeSet<&str> = text
+        .lines()
+        .filter(|l| l.contains(" Write "))
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("connection=")))
+        .collect();
+    // mkfs's one connection and the mount's three.
+    assert!(writers.len() >= 4, "connections that wrote: {writers:?}");
+    check_tree_with_linux(&backing.path, &t);
+}

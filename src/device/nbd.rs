@@ -8,7 +8,9 @@
 //! (reconnect with backoff, fresh handshake) for up to `timeout`, and what
 //! was in flight is sent again (reads and writes are idempotent). A
 //! connection on which a request has waited `timeout` for its reply (a
-//! server that stopped answering) counts as dropped too.
+//! server that stopped answering) counts as dropped too. With
+//! `CAN_MULTI_CONN` several connections may be used, as one set that is
+//! replaced as a whole.
 //!
 //! Durability across reconnects: a server may lose writes it acknowledged
 //! but had not yet flushed when its connection (or the server) died. So
@@ -26,7 +28,7 @@ use std::io::{self, IoSlice, Read, Write};
 use std::net::{Shutdown, TcpStream, ToSocketAddrs};
 use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -69,6 +71,9 @@ pub struct NbdConfig {
     pub export: String,
     /// How long to keep trying to reconnect before requests fail with EIO.
     pub timeout: Duration,
+    /// Connections to open when the server allows several
+    /// (`CAN_MULTI_CONN`); one otherwise.
+    pub connections: usize,
 }
 
 /// One socket, TCP or Unix.
@@ -443,6 +448,35 @@ fn read_loop(conn: Arc<Conn>, stream: Stream, log: Option<Arc<Mutex<Unflushed>>>
     }
 }
 
+/// The connections in use, all of one generation: one, or several when
+/// the server offers `CAN_MULTI_CONN` (a flush on any of them then covers
+/// writes completed on all). They live and die together: when one goes,
+/// all are closed (their readers finished, so every acknowledgement is
+/// logged) before the unflushed writes are sent again on a new set.
+struct ConnSet {
+    gen: u64,
+    conns: Vec<Arc<Conn>>,
+    next: AtomicUsize,
+}
+
+impl ConnSet {
+    fn is_dead(&self) -> bool {
+        self.conns.iter().any(|c| c.is_dead())
+    }
+
+    /// The connection the next request goes on: each in turn.
+    fn pick(&self) -> &Conn {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.conns.len();
+        &self.conns[i]
+    }
+
+    fn close(&self) {
+        for c in &self.conns {
+            c.close();
+        }
+    }
+}
+
 /// The reader's socket, which wakes up now and then (its read timeout) to
 /// see whether a request has waited too long; a reply arriving in pieces
 /// is simply waited for.
@@ -481,7 +515,7 @@ impl Read for Patient<'_> {
 /// The current connection, and what happens when there is none.
 #[derive(Default)]
 struct ConnState {
-    current: Option<Arc<Conn>>,
+    current: Option<Arc<ConnSet>>,
     gen: u64,
     /// When requests first found the connection gone.
     lost_at: Option<Instant>,
@@ -533,7 +567,7 @@ impl NbdDevice {
             rmw: RwLock::new(()),
             recovering: AtomicBool::new(false),
         };
-        let conn = dev.start(stream, 1)?;
+        let conn = dev.open_set(Some(stream), 1)?;
         let mut st = dev.state.lock();
         st.current = Some(conn);
         st.gen = 1;
@@ -614,9 +648,59 @@ impl NbdDevice {
         Ok(conn)
     }
 
+    /// How many connections a set has: as configured when the server
+    /// allows several, else one.
+    fn set_size(&self) -> usize {
+        if self.info.can_multi_conn() {
+            self.cfg.connections.clamp(1, 64)
+        } else {
+            1
+        }
+    }
+
+    /// A set of generation `gen`, its first connection's handshake already
+    /// done when `first` is given. Every connection must see the export as
+    /// the first handshake did.
+    fn open_set(&self, first: Option<Stream>, gen: u64) -> io::Result<Arc<ConnSet>> {
+        let mut conns: Vec<Arc<Conn>> = Vec::new();
+        let mut first = first;
+        for _ in 0..self.set_size() {
+            let stream = match first.take() {
+                Some(s) => s,
+                None => {
+                    let (stream, info) = Self::handshake(&self.cfg)?;
+                    if info.size != self.info.size || info.flags != self.info.flags {
+                        for c in &conns {
+                            c.close();
+                        }
+                        return Err(proto::bad(format!(
+                            "the export changed (size {} -> {}, flags {:#x} -> {:#x})",
+                            self.info.size, info.size, self.info.flags, info.flags
+                        )));
+                    }
+                    stream
+                }
+            };
+            match self.start(stream, gen) {
+                Ok(c) => conns.push(c),
+                Err(e) => {
+                    for c in &conns {
+                        c.close();
+                    }
+                    return Err(e);
+                }
+            }
+        }
+        Ok(Arc::new(ConnSet {
+            gen,
+            conns,
+            next: AtomicUsize::new(0),
+        }))
+    }
+
     /// The live connection, reconnecting (and resending unflushed writes)
     /// if it is gone; an error once `timeout` has passed without one.
-    fn conn(&self) -> io::Result<Arc<Conn>> {
+    fn conn(&self) -> io::Result<Arc<ConnSet>> {
         let mut st = self.state.lock();
         if let Some(why) = &st.failed {
             return Err(io::Error::other(why.clone()));
@@ -686,15 +770,8 @@ impl NbdDevice {
 
     /// A new connection, with every unflushed write sent again and
     /// acknowledged before it is handed out.
-    fn reconnect(&self, gen: u64) -> io::Result<Arc<Conn>> {
-        let (stream, info) = Self::handshake(&self.cfg)?;
-        if info.size != self.info.size || info.flags != self.info.flags {
-            return Err(proto::bad(format!(
-                "the export changed on reconnect (size {} -> {}, flags {:#x} -> {:#x})",
-                self.info.size, info.size, self.info.flags, info.flags
-            )));
-        }
-        let conn = self.start(stream, gen)?;
+    fn reconnect(&self, gen: u64) -> io::Result<Arc<ConnSet>> {
+        let conn = self.open_set(None, gen)?;
         let Some(log) = &self.log else {
             return Ok(conn);
         };
@@ -715,7 +792,8 @@ impl NbdDevice {
             .into_iter()
             .map(|(off, p)| {
                 let len = p.len as u32;
-                conn.submit(self.cookie(), proto::CMD_WRITE, off, len, Some((off, p)))
+                conn.pick()
+                    .submit(self.cookie(), proto::CMD_WRITE, off, len, Some((off, p)))
             })
             .collect();
         for s in slots {
@@ -753,7 +831,10 @@ impl NbdDevice {
                 .filter(|(i, _)| out[*i].is_none())
                 .map(|(i, r)| {
                     let w = r.write.clone().map(|p| (r.offset, p));
-                    (i, conn.submit(self.cookie(), r.cmd, r.offset, r.len, w))
+                    (
+                        i,
+                        conn.pick().submit(self.cookie(), r.cmd, r.offset, r.len, w),
+                    )
                 })
                 .collect();
             let mut lost = false;
@@ -911,7 +992,9 @@ impl BlockDevice for NbdDevice {
         loop {
             let conn = self.conn()?;
             let seq = log.lock().seq;
-            let slot = conn.submit(self.cookie(), proto::CMD_FLUSH, 0, 0, None);
+            let slot = conn
+                .pick()
+                .submit(self.cookie(), proto::CMD_FLUSH, 0, 0, None);
             match slot.wait() {
                 Outcome::Done(_) => {
                     self.recovered();

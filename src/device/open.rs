@@ -60,6 +60,8 @@ pub struct SourceOptions {
     pub file: OpenOptions,
     /// How long an NBD client retries a lost connection.
     pub nbd_timeout: Duration,
+    /// NBD connections to use when the server allows several.
+    pub nbd_connections: usize,
 }
 
 impl Default for SourceOptions {
@@ -67,6 +69,7 @@ impl Default for SourceOptions {
         SourceOptions {
             file: OpenOptions::default(),
             nbd_timeout: nbd::DEFAULT_TIMEOUT,
+            nbd_connections: 1,
         }
     }
 }
@@ -115,6 +118,7 @@ pub fn open(source: &Source, opts: &SourceOptions) -> io::Result<Opened> {
                 address: u.address.clone(),
                 export: u.export.clone(),
                 timeout: opts.nbd_timeout,
+                connections: opts.nbd_connections,
             })?;
             let read_only = opts.file.read_only || dev.is_read_only();
             Ok(Opened {

@@ -101,6 +101,7 @@ impl Fake {
             address: NbdAddress::Unix(self.path.clone()),
             export: "disk".into(),
             timeout: Duration::from_secs(5),
+            connections: 1,
         }
     }
 
@@ -524,4 +525,51 @@ fn short_replies_and_a_server_lying_about_its_size() {
     assert_eq!(e.raw_os_error(), Some(libc::EIO));
     assert!(d.write_at(&b, SIZE as u64).is_err());
     d.read_at(&mut b, 0).unwrap();
+}
+
+#[test]
+fn several_connections_when_the_server_allows_them() {
+    let fake = Fake::start(Behaviour {
+        flags: TFLAG_SEND_FLUSH | TFLAG_CAN_MULTI_CONN,
+        ..Default::default()
+    });
+    let mut cfg = fake.config();
+    cfg.connections = 3;
+    let d = Arc::new(NbdDevice::connect(cfg).unwrap());
+    assert_eq!(fake.connections.load(Ordering::SeqCst), 3);
+    // Writes spread over the three, one flush covers them all.
+    let threads: Vec<_> = (0..6u8)
+        .map(|i| {
+            let d = d.clone();
+            std::thread::spawn(move || d.write_at(&[i + 1; 4096], i as u64 * 4096).unwrap())
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    d.write_at(&[9; 4096], 6 * 4096).unwrap();
+    // A crash on one connection loses the cache: the whole set is
+    // replaced and the unflushed writes are sent again before anything
+    // else goes out.
+    fake.set(|h| h.drop_at = Some(1));
+    let mut b = vec![0u8; 7 * 4096];
+    d.read_at(&mut b, 0).unwrap();
+    assert_eq!(fake.connections.load(Ordering::SeqCst), 6);
+    d.flush().unwrap();
+    let durable = fake.disk.lock().durable[..7 * 4096].to_vec();
+    for i in 0..7 {
+        let want = if i == 6 { 9 } else { i as u8 + 1 };
+        assert!(
+            durable[i * 4096..(i + 1) * 4096].iter().all(|&x| x == want),
+            "block {i}"
+        );
+    }
+    assert_eq!(b, durable);
+
+    // Without CAN_MULTI_CONN, one connection whatever is asked.
+    let fake = Fake::start(Behaviour::default());
+    let mut cfg = fake.config();
+    cfg.connections = 3;
+    let _d = NbdDevice::connect(cfg).unwrap();
+    assert_eq!(fake.connections.load(Ordering::SeqCst), 1);
 }
