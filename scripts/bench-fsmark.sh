@@ -2,7 +2,9 @@
 # Small files with fsync (BENCHMARKS.md section 1): fs_mark, 4 KiB files,
 # fsync before close, one directory per thread, on jbdfs for every bdelay
 # value and on Linux ext3 (loop) and fuse2fs in the same run, on a ramdisk
-# image, a disk image and the emulated array and sata devices.
+# image, a disk image and the emulated array and sata devices (and, on
+# request, the ram image served over NBD: devices nbd and nbd-delay, see
+# scripts/bench-lib.sh).
 #
 #   scripts/bench-fsmark.sh [--quick] [--devices "ram disk array sata"]
 #       [--bdelay "0 yield 1 2 3 4 jbd2 auto"] [--threads "1 2 4 8 10 16 20"]
@@ -87,7 +89,8 @@ bench_header "fs_mark: 4 KiB files, fsync before close (bench-fsmark.sh)"
 files_per_thread() {
     local total min
     case "$1" in
-        ram) total=2000 min=40 ;;
+        ram | nbd) total=2000 min=40 ;;
+        nbd-delay) total=600 min=20 ;;
         disk) total=1200 min=30 ;;
         array) total=600 min=20 ;;
         sata) total=120 min=6 ;;

@@ -10,7 +10,11 @@
 # Backing stores: "ram" and the emulated devices ("array", "sata") put the
 # image in /dev/shm; "disk" puts it in $BENCH_DISK_DIR (default /var/tmp,
 # on the machine's disk). Only ram and disk have Linux ext3 and fuse2fs
-# references: the kernel cannot run on jbdfs's latency model.
+# references: the kernel cannot run on jbdfs's latency model. "nbd" puts
+# the image in /dev/shm too, but jbdfs reaches it through nbdkit's file
+# plugin on a Unix socket (its own NBD client: the same image as "ram",
+# over NBD); "nbd-delay" adds nbdkit's delay filter, BENCH_NBD_DELAY on
+# every read and write (a network round trip; flushes are not delayed).
 #
 # Transports: jbdfs and the FUSE floor run on /dev/fuse ("dev_fuse") or on
 # FUSE over io_uring ("io_uring": jbdfs -o io_uring, fuse_floor --io-uring).
@@ -23,6 +27,7 @@
 # Environment:
 #   BENCH_DISK_DIR   directory on the disk for "disk" images (default /var/tmp)
 #   BENCH_IMAGE_SIZE image size (default 2G; sparse)
+#   BENCH_NBD_DELAY  nbdkit delay per read and write for "nbd-delay" (default 1ms)
 #   BENCH_URING_Q_DEPTH  queue depth on io_uring: jbdfs -o io_uring_q_depth=N,
 #                    fuse_floor --depth N (default: their own, 8)
 
@@ -30,6 +35,9 @@
 JBDFS_BIN_DIR="${JBDFS_BIN_DIR:-${CARGO_TARGET_DIR:-$JBDFS_ROOT/target}/release}"
 BENCH_DISK_DIR="${BENCH_DISK_DIR:-/var/tmp}"
 BENCH_IMAGE_SIZE="${BENCH_IMAGE_SIZE:-2G}"
+BENCH_NBD_DELAY="${BENCH_NBD_DELAY:-1ms}"
+# nbdkit serving each image of an nbd device: image -> pid.
+declare -A _NBD_PID=()
 # The Python with matplotlib: Debian's, not a pyenv shim in front of it.
 BENCH_PYTHON="${BENCH_PYTHON:-$(command -v /usr/bin/python3 || command -v python3)}"
 
@@ -283,6 +291,7 @@ bench_cleanup() {
         fi
     done
     bench_loop_detach "${images[@]}"
+    for dir in "${!_NBD_PID[@]}"; do bench_nbd_stop "$dir"; done
     # jbdfs's -o stats= files beside images (bench-fsmark.sh), left by an
     # interrupted run.
     if [ "$MNT_KEEP" != 1 ]; then
@@ -304,8 +313,8 @@ bench_traps() {
 bench_workdir() {
     case "$1" in
         disk) printf '%s\n' "$BENCH_DISK_DIR" ;;
-        ram | array | sata) printf '%s\n' /dev/shm ;;
-        *) die "unknown device $1 (expected ram, disk, array or sata)" ;;
+        ram | array | sata | nbd | nbd-delay) printf '%s\n' /dev/shm ;;
+        *) die "unknown device $1 (expected ram, disk, array, sata, nbd or nbd-delay)" ;;
     esac
 }
 
@@ -316,6 +325,38 @@ bench_devsim_opt() {
         array | sata) printf 'devsim=%s\n' "$1" ;;
         *) printf '\n' ;;
     esac
+}
+
+# bench_nbd_serve VAR DEVICE IMAGE LOG: serve IMAGE with nbdkit on a Unix
+# socket beside it (with the delay filter for nbd-delay) and set VAR to
+# the NBD URI jbdfs mounts; bench_nbd_stop IMAGE ends the server.
+bench_nbd_serve() {
+    local -n _uri="$1"
+    local dev="$2" img="$3" log="$4" sock="$3.sock" filters=() params=()
+    command -v nbdkit >/dev/null || die "the $dev device needs nbdkit (scripts/deps.sh installs it)"
+    # Filters go before the plugin, their parameters after it.
+    if [ "$dev" = nbd-delay ]; then
+        filters=(--filter=delay)
+        params=("delay-read=$BENCH_NBD_DELAY" "delay-write=$BENCH_NBD_DELAY")
+    fi
+    rm -f -- "$sock"
+    nbdkit -f -U "$sock" "${filters[@]}" file "file=$img" "${params[@]}" >>"$log" 2>&1 &
+    _NBD_PID["$img"]=$!
+    for _ in $(seq 1 100); do
+        [ -S "$sock" ] && break
+        sleep 0.05
+    done
+    [ -S "$sock" ] || die "nbdkit did not start serving $img (log: $log)"
+    _uri="nbd+unix:///?socket=$sock"
+}
+
+bench_nbd_stop() {
+    local pid="${_NBD_PID[$1]:-}"
+    [ -n "$pid" ] || return 0
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    unset "_NBD_PID[$1]"
+    rm -f -- "$1.sock"
 }
 
 # bench_image VAR DEVICE MKFS: a fresh ext3 image for DEVICE, made by MKFS
@@ -357,7 +398,11 @@ bench_mount() {
             [ -n "$(bench_devsim_opt "$dev")" ] && opts="$opts,$(bench_devsim_opt "$dev")"
             [ -n "$extra" ] && opts="$opts,$extra"
             opts="$opts,$(bench_transport_opts "${transport:-dev_fuse}")"
-            mount_jbdfs "$img" "$dir" "$log" "$opts"
+            local src="$img"
+            case "$dev" in
+                nbd | nbd-delay) bench_nbd_serve src "$dev" "$img" "$log" ;;
+            esac
+            mount_jbdfs "$src" "$dir" "$log" "$opts"
             ;;
         ext3)
             have_loop || die "no usable loop device for the Linux ext3 reference"
@@ -396,7 +441,10 @@ bench_umount() {
     local fs dir="$2" img="$3" log="$4"
     fs="$(bench_fs_base "$1")"
     case "$fs" in
-        jbdfs) umount_jbdfs "$dir" || warn "unmounting jbdfs from $dir failed" ;;
+        jbdfs)
+            umount_jbdfs "$dir" || warn "unmounting jbdfs from $dir failed"
+            bench_nbd_stop "$img"
+            ;;
         ext3) umount_ext3 "$dir" ;;
         floor)
             fusermount3 -u "$dir" || umount "$dir" || warn "unmounting fuse_floor from $dir failed"

@@ -36,6 +36,9 @@ python3        python3
 g++            g++
 python3-matplotlib -
 shellcheck     shellcheck
+qemu-utils     qemu-nbd
+nbdkit         nbdkit
+nbd-server     nbd-server
 "
 
 pkg_installed() {

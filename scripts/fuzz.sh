@@ -4,7 +4,7 @@
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #
 # SECONDS per target (default 60). Targets (default all): format_parsers,
-# journal_recovery, mount_walk, fsck_image (see fuzz/README.md).
+# journal_recovery, mount_walk, fsck_image, nbd_client (see fuzz/README.md).
 #
 # The machine has a stable toolchain only. cargo-fuzz drives libFuzzer
 # through libfuzzer-sys, which needs no nightly feature once no sanitizer is
@@ -38,7 +38,7 @@ case "$seconds" in
     '' | *[!0-9]*) die "SECONDS must be a number (got '$seconds'; see --help)" ;;
 esac
 targets=("$@")
-[ "${#targets[@]}" -gt 0 ] || targets=(format_parsers journal_recovery mount_walk fsck_image)
+[ "${#targets[@]}" -gt 0 ] || targets=(format_parsers journal_recovery mount_walk fsck_image nbd_client)
 
 cargo_fuzz="$(tool_install cargo-fuzz '^0.13')"
 PATH="$(dirname "$cargo_fuzz"):$PATH"

@@ -1283,6 +1283,7 @@ pub fn parse_size(s: &str, block_size: Option<u32>) -> Option<u64> {
 }
 
 /// Makes a filesystem as `mkfs.jbdfs` does and returns what it made.
+/// `path` may be an NBD URI (see [`crate::device::Source`]).
 pub fn make_filesystem(
     path: &std::path::Path,
     req: &Request,
@@ -1292,6 +1293,10 @@ pub fn make_filesystem(
         path: name.clone(),
         error,
     };
+    let source = crate::device::Source::parse(path.as_os_str()).map_err(io_err)?;
+    if source.is_nbd() {
+        return make_on_export(&source, req);
+    }
     let meta = match std::fs::metadata(path) {
         Ok(m) => Some(m),
         Err(e) if e.kind() == io::ErrorKind::NotFound => None,
@@ -1301,8 +1306,62 @@ pub fn make_filesystem(
         TargetError::Io(e) => io_err(e),
         TargetError::Make(m) => m,
     })?;
-    let geometry = plan(&req.options, target.fs_bytes).map_err(|error| MakeError::Mkfs {
+    lay_out(&name, req, target.fs_bytes, |len| {
+        let dev = target.open(path).map_err(|e| match e {
+            TargetError::Io(e) => io_err(e),
+            TargetError::Make(m) => m,
+        })?;
+        let zeroed = target.prepare(&dev, len).map_err(io_err)?;
+        Ok((std::sync::Arc::new(dev), zeroed))
+    })
+}
+
+/// mkfs on an NBD export: its size unless one is given, and, as on a
+/// block device, nothing assumed about what it holds.
+fn make_on_export(
+    source: &crate::device::Source,
+    req: &Request,
+) -> std::result::Result<Summary, MakeError> {
+    let name = source.to_string();
+    let io_err = |error| MakeError::Io {
         path: name.clone(),
+        error,
+    };
+    let opts = crate::device::SourceOptions::default();
+    let dev = crate::device::open_writable(source, &opts).map_err(io_err)?;
+    let fs_bytes = match req.size {
+        Some(s) if s > dev.size() => {
+            return Err(MakeError::LargerThanDevice {
+                path: name,
+                size: s,
+                device: dev.size(),
+            })
+        }
+        Some(s) => s,
+        None => dev.size(),
+    };
+    if !req.force {
+        if let Some(what) = existing_filesystem(&*dev).map_err(io_err)? {
+            return Err(MakeError::Exists { path: name, what });
+        }
+    }
+    lay_out(&name, req, fs_bytes, |_| Ok((dev, Zeroed::Nothing)))
+}
+
+/// Plans, then (unless a dry run) opens the target through `open` (given
+/// the filesystem's length in bytes) and formats it.
+fn lay_out(
+    name: &str,
+    req: &Request,
+    fs_bytes: u64,
+    open: impl FnOnce(u64) -> std::result::Result<(std::sync::Arc<dyn BlockDevice>, Zeroed), MakeError>,
+) -> std::result::Result<Summary, MakeError> {
+    let io_err = |error| MakeError::Io {
+        path: name.to_string(),
+        error,
+    };
+    let geometry = plan(&req.options, fs_bytes).map_err(|error| MakeError::Mkfs {
+        path: name.to_string(),
         error,
     })?;
     let mut progress = Progress::stdout(!req.quiet);
@@ -1315,10 +1374,7 @@ pub fn make_filesystem(
         progress.message(&describe(&summary));
         return Ok(summary);
     }
-    let dev = target.open(path).map_err(|e| match e {
-        TargetError::Io(e) => io_err(e),
-        TargetError::Make(m) => m,
-    })?;
+    let (dev, zeroed) = open(geometry.blocks_count as u64 * geometry.block_size as u64)?;
     let mut options = req.options.clone();
     let uuid = match options.uuid {
         Some(u) => u,
@@ -1330,14 +1386,8 @@ pub fn make_filesystem(
         uuid,
         backups: backup_blocks(&geometry),
     }));
-    let zeroed = target
-        .prepare(
-            &dev,
-            geometry.blocks_count as u64 * geometry.block_size as u64,
-        )
-        .map_err(io_err)?;
-    format(&dev, &options, &geometry, zeroed, &mut progress).map_err(|error| MakeError::Mkfs {
-        path: name.clone(),
+    format(&*dev, &options, &geometry, zeroed, &mut progress).map_err(|error| MakeError::Mkfs {
+        path: name.to_string(),
         error,
     })
 }

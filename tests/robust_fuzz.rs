@@ -18,11 +18,12 @@ use jbdfs::device::{BlockDevice, MemoryDevice};
 /// A fuzz target's body.
 type Body = fn(&[u8]);
 
-const TARGETS: [(&str, Body); 4] = [
+const TARGETS: [(&str, Body); 5] = [
     ("format_parsers", harness::format_parsers),
     ("journal_recovery", harness::journal_recovery),
     ("mount_walk", harness::mount_walk),
     ("fsck_image", harness::fsck_image),
+    ("nbd_client", harness::nbd_client),
 ];
 
 fn fuzz_dir() -> PathBuf {

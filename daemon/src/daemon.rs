@@ -13,7 +13,9 @@ use std::time::{Duration, Instant};
 use fuser::{Config, MountOption, SessionACL};
 
 use jbdfs::device::lock::{self, LockKind};
-use jbdfs::device::{BlockDevice, FileDevice, OpenOptions, RecordingDevice, SimDevice};
+use jbdfs::device::{
+    BlockDevice, FileDevice, OpenOptions, RecordingDevice, SimDevice, Source, SourceOptions,
+};
 use jbdfs::fs::{Filesystem, MountConfig};
 
 use crate::fuse::JbdFuse;
@@ -60,6 +62,12 @@ pub struct DaemonConfig {
     pub max_map: u32,
     /// -o acl / -o noacl (`None`: the superblock's default mount options).
     pub acl: Option<bool>,
+    /// -o nbd_timeout=SECONDS: how long an NBD source's client retries a
+    /// lost connection before I/O fails.
+    pub nbd_timeout: Duration,
+    /// -o nbd_connections=N: connections to an NBD source whose server
+    /// allows several.
+    pub nbd_connections: usize,
 }
 
 /// Opens the backing store and mounts the filesystem in-process.
@@ -86,9 +94,16 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
         exclusive: true,
         ..Default::default()
     };
-    let file = Arc::new(open_source(&cfg.source, opts)?);
-    let backing = Arc::downgrade(&file);
-    let mut dev: Arc<dyn BlockDevice> = file;
+    let opened = open_source(cfg, opts)?;
+    if opened.read_only && !cfg.read_only {
+        // check_mountable saw it writable a moment ago.
+        anyhow::bail!(
+            "{}: the NBD server now exports it read-only; mount with -o ro",
+            cfg.source.display()
+        );
+    }
+    let mut dev: Arc<dyn BlockDevice> = opened.device;
+    let backing = Arc::downgrade(&dev);
     // The latency model sits next to the backing store; the recorder, if
     // any, above it sees the same writes in the same order.
     if let Some(params) = &cfg.devsim {
@@ -144,7 +159,7 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
 type Mounted = (
     Arc<Filesystem>,
     Option<Arc<RecordingDevice>>,
-    Weak<FileDevice>,
+    Weak<dyn BlockDevice>,
 );
 
 /// How long a mount waits for an image that is locked but not mounted: a
@@ -152,9 +167,30 @@ type Mounted = (
 /// wait) that is still writing the image back and exiting.
 const LOCK_WAIT: Duration = Duration::from_secs(5);
 
-/// Opens the image, or refuses with who holds it: at once when it is
-/// mounted, after [`LOCK_WAIT`] when it is only locked.
-fn open_source(source: &Path, opts: OpenOptions) -> anyhow::Result<FileDevice> {
+/// Opens the image (a file, block device or NBD export: see
+/// [`jbdfs::device::Source`]).
+fn open_source(cfg: &DaemonConfig, opts: OpenOptions) -> anyhow::Result<jbdfs::device::Opened> {
+    let src = cfg.source.display();
+    let source = Source::parse(cfg.source.as_os_str()).map_err(|e| anyhow::anyhow!("{e}"))?;
+    let Source::Path(path) = &source else {
+        let opts = SourceOptions {
+            file: opts,
+            nbd_timeout: cfg.nbd_timeout,
+            nbd_connections: cfg.nbd_connections,
+        };
+        return jbdfs::device::open::open(&source, &opts)
+            .map_err(|e| anyhow::anyhow!("{src}: {e}"));
+    };
+    let dev = open_file(path, opts)?;
+    Ok(jbdfs::device::Opened {
+        device: Arc::new(dev),
+        read_only: opts.read_only,
+    })
+}
+
+/// Opens an image file or block device, or refuses with who holds it: at
+/// once when it is mounted, after [`LOCK_WAIT`] when it is only locked.
+fn open_file(source: &Path, opts: OpenOptions) -> anyhow::Result<FileDevice> {
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
         let err = match FileDevice::open(source, opts) {
@@ -215,25 +251,32 @@ fn take_mark_requests(rec: &RecordingDevice, log: &Path) {
 /// can mount, so that errors reach the user before daemonizing.
 /// An image in use is refused here too, with the lock the mount will take
 /// (exclusive unless read-only), so a second mount fails before daemonizing.
-pub fn check_mountable(cfg: &DaemonConfig) -> anyhow::Result<()> {
+/// Returns whether the source can only be read (an NBD export offered
+/// read-only), so that the caller mounts read-only.
+pub fn check_mountable(cfg: &DaemonConfig) -> anyhow::Result<bool> {
     let opts = OpenOptions {
         read_only: cfg.read_only,
         ..Default::default()
     };
-    let dev = open_source(&cfg.source, opts)?;
+    let opened = open_source(cfg, opts)?;
+    let dev = &*opened.device;
     let cannot = |why: String| anyhow::anyhow!("{}: cannot mount: {why}", cfg.source.display());
-    let sb = jbdfs::fs::mount::read_superblock(&dev).map_err(|e| cannot(e.to_string()))?;
+    let sb = jbdfs::fs::mount::read_superblock(dev).map_err(|e| cannot(e.to_string()))?;
     // Features first: an ext4 image's descriptors would not even parse.
-    if let Some(why) = jbdfs::fs::mount::refusal_reason(&dev) {
+    if let Some(why) = jbdfs::fs::mount::refusal_reason(dev) {
         return Err(cannot(why));
     }
-    jbdfs::fs::mount::read_group_descs(&dev, &sb).map_err(|e| cannot(e.to_string()))?;
-    Ok(())
+    jbdfs::fs::mount::read_group_descs(dev, &sb).map_err(|e| cannot(e.to_string()))?;
+    Ok(opened.read_only)
 }
 
 /// The image's canonical path: the mount's source in mountinfo, which
 /// the utab line must match and by which a busy image finds its mount.
+/// An NBD URI is its own name.
 fn canonical_source(cfg: &DaemonConfig) -> PathBuf {
+    if matches!(Source::parse(cfg.source.as_os_str()), Ok(Source::Nbd(_))) {
+        return cfg.source.clone();
+    }
     std::fs::canonicalize(&cfg.source).unwrap_or_else(|_| cfg.source.clone())
 }
 
@@ -349,7 +392,7 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
 /// Drops the last handle on the filesystem, then waits until the backing
 /// store is closed, which frees the image's lock. Background threads hold
 /// the filesystem weakly, but one may be inside a call for a moment.
-fn release(fs: Arc<Filesystem>, backing: Weak<FileDevice>) {
+fn release(fs: Arc<Filesystem>, backing: Weak<dyn BlockDevice>) {
     drop(fs);
     let deadline = Instant::now() + Duration::from_secs(10);
     while backing.strong_count() > 0 {

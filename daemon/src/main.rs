@@ -46,6 +46,10 @@ jbdfs options (-o):
                                    rings when /sys/module/fuse/parameters/enable_uring
                                    is on; io_uring warns when it cannot have them)
   io_uring_q_depth=N               ring entries per CPU (1-1024, default 8)
+  nbd_timeout=SECS                 an NBD source may be unreachable this long
+                                   before I/O fails with EIO (default 30)
+  nbd_connections=N                connections to an NBD server that allows
+                                   several (CAN_MULTI_CONN; 1-16, default 1)
   debug, sync, dirsync, max_map=N, devsim=MODEL, stats=PATH, record=PATH
 Generic FUSE and mount options (ro, rw, noatime, allow_other, default_permissions,
 fsname=, ...) are passed on; fstab, systemd (x-*) and SELinux options are accepted."
@@ -63,7 +67,8 @@ struct Args {
     /// Mount options, comma-separated.
     #[arg(short = 'o', value_name = "OPTIONS", action = ArgAction::Append)]
     options: Vec<String>,
-    /// The ext3 image file or block device.
+    /// The ext3 image file, block device, or NBD export
+    /// (nbd://HOST[:PORT]/EXPORT or nbd+unix:///EXPORT?socket=PATH).
     source: PathBuf,
     /// The directory to mount on.
     mountpoint: PathBuf,
@@ -155,8 +160,21 @@ fn run(args: Args) -> anyhow::Result<()> {
             .map_err(anyhow::Error::msg)?,
         max_map: opts.max_map.filter(|&n| n > 0).unwrap_or(u32::MAX),
         acl: opts.acl,
+        nbd_timeout: std::time::Duration::from_secs(opts.nbd_timeout.into()),
+        nbd_connections: opts.nbd_connections,
     };
-    daemon::check_mountable(&cfg)?;
+    let mut cfg = cfg;
+    if daemon::check_mountable(&cfg)? && !cfg.read_only {
+        // As mount(8) does for a write-protected device. Said once: the
+        // daemonized child comes through here again.
+        if std::env::var_os(daemon::CHILD_ENV).is_none() {
+            eprintln!(
+                "jbdfs: {}: the NBD server exports it read-only; mounting read-only",
+                args.source.display()
+            );
+        }
+        cfg.read_only = true;
+    }
     if foreground {
         daemon::serve(&cfg)
     } else {
@@ -234,6 +252,10 @@ fn init_logging(debug: bool) -> anyhow::Result<()> {
 }
 
 fn check_source(source: &Path) -> anyhow::Result<()> {
+    // An NBD URI is checked by connecting to it (check_mountable).
+    if jbdfs::device::Source::parse(source.as_os_str())?.is_nbd() {
+        return Ok(());
+    }
     let meta = fs::metadata(source).with_context(|| format!("SOURCE {}", source.display()))?;
     let kind = meta.file_type();
     if !kind.is_file() && !kind.is_block_device() {

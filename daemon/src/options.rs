@@ -52,6 +52,12 @@ pub const THREADS_RANGE: RangeInclusive<usize> = 1..=1024;
 /// a 1 MiB payload buffer, touched only as far as requests fill it.
 pub const DEFAULT_IO_URING_Q_DEPTH: u32 = 8;
 pub const IO_URING_Q_DEPTH_RANGE: RangeInclusive<u32> = 1..=1024;
+/// How long an NBD source's client retries a lost connection (seconds;
+/// the kernel nbd client's default timeout is 30 s too).
+pub const DEFAULT_NBD_TIMEOUT_SECS: u32 = 30;
+pub const NBD_TIMEOUT_RANGE: RangeInclusive<u32> = 1..=86_400;
+/// Connections to an NBD server that allows several (CAN_MULTI_CONN).
+pub const NBD_CONNECTIONS_RANGE: RangeInclusive<usize> = 1..=16;
 
 /// How file data is ordered against the journal (`data=`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -212,6 +218,12 @@ pub struct MountOptions {
     /// `-o noacl`, `None` to follow the superblock's default mount options
     /// (mke2fs sets `acl` there), as ext3 does.
     pub acl: Option<bool>,
+    /// Seconds an NBD source may stay unreachable before I/O fails
+    /// (`-o nbd_timeout=SECONDS`).
+    pub nbd_timeout: u32,
+    /// Connections to an NBD source whose server offers CAN_MULTI_CONN
+    /// (`-o nbd_connections=N`, default 1).
+    pub nbd_connections: usize,
     /// Generic FUSE/VFS options in the order given, with overridden ones removed.
     pub generic: Vec<String>,
     /// Accepted options that have no effect here (fstab, systemd, SELinux, ext3
@@ -381,6 +393,8 @@ impl Default for MountOptions {
             dirsync: false,
             sync: false,
             acl: None,
+            nbd_timeout: DEFAULT_NBD_TIMEOUT_SECS,
+            nbd_connections: 1,
             generic: Vec::new(),
             ignored: Vec::new(),
         }
@@ -496,6 +510,10 @@ impl MountOptions {
         match key {
             "cache_size" => self.cache_size = byte_size(key, value)?,
             "threads" => self.threads = in_range(key, value, THREADS_RANGE)?,
+            "nbd_timeout" => self.nbd_timeout = in_range(key, value, NBD_TIMEOUT_RANGE)?,
+            "nbd_connections" => {
+                self.nbd_connections = in_range(key, value, NBD_CONNECTIONS_RANGE)?
+            }
             "max_map" => self.max_map = Some(number(key, value, "a non-negative integer")?),
             "devsim" => self.devsim = Some(devsim(key, value)?),
             "stats" => self.stats = Some(text(key, value, "a file path")?.into()),
@@ -869,6 +887,18 @@ mod tests {
         assert_eq!(parse("rw").io_uring_q_depth, DEFAULT_IO_URING_Q_DEPTH);
         assert_bad_value("io_uring_q_depth=0", "io_uring_q_depth");
         assert_bad_value("io_uring_q_depth=1025", "io_uring_q_depth");
+    }
+
+    #[test]
+    fn nbd_timeout() {
+        assert_eq!(parse("").nbd_timeout, DEFAULT_NBD_TIMEOUT_SECS);
+        assert_eq!(parse("nbd_timeout=5").nbd_timeout, 5);
+        assert_bad_value("nbd_timeout=0", "nbd_timeout");
+        assert_bad_value("nbd_timeout=x", "nbd_timeout");
+        assert_eq!(parse("").nbd_connections, 1);
+        assert_eq!(parse("nbd_connections=4").nbd_connections, 4);
+        assert_bad_value("nbd_connections=0", "nbd_connections");
+        assert_bad_value("nbd_connections=17", "nbd_connections");
     }
 
     #[test]

@@ -62,6 +62,8 @@ fn check_changeable(requested: &[String], mounted_with: &[String]) -> anyhow::Re
         "devsim",
         "stats",
         "max_map",
+        "nbd_timeout",
+        "nbd_connections",
     ];
     let fixed: Vec<&String> = requested
         .iter()

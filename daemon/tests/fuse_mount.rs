@@ -110,6 +110,8 @@ impl Mounted {
             devsim: None,
             max_map: u32::MAX,
             acl: None,
+            nbd_timeout: Duration::from_secs(30),
+            nbd_connections: 1,
         };
         adjust(&mut cfg);
         let transport_used = cfg.transport;

@@ -1,8 +1,9 @@
 //! fsck.jbdfs (built as fsck-jbdfs): the command line over `jbdfs::fsck`,
 //! with e2fsck's flags and exit codes.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::sync::Arc;
 
 use clap::{CommandFactory, Parser};
 
@@ -13,7 +14,7 @@ macro_rules! say {
     };
 }
 use jbdfs::device::lock::{self, LockKind};
-use jbdfs::device::{FileDevice, OpenOptions};
+use jbdfs::device::{BlockDevice, FileDevice, OpenOptions, Source, SourceOptions};
 use jbdfs::fsck::{self, exit, FsckError, FsckOptions, Mode};
 
 #[derive(Parser, Debug)]
@@ -56,7 +57,8 @@ struct Args {
     /// allows, its names sorted and packed.
     #[arg(short = 'D')]
     optimize: bool,
-    /// The image file or block device.
+    /// The image file, block device or NBD URI (nbd://HOST[:PORT]/EXPORT,
+    /// nbd+unix:///EXPORT?socket=PATH).
     device: PathBuf,
 }
 
@@ -102,36 +104,41 @@ fn run(args: &Args) -> u8 {
         Mode::No
     };
     let name = args.device.display().to_string();
-    // As e2fsck: a check that may write needs the image to itself (its
-    // lock, or O_EXCL on a device); -n looks without a lock, and warns.
-    let dev = match FileDevice::open(
-        &args.device,
-        OpenOptions {
-            read_only: mode == Mode::No,
-            exclusive: mode != Mode::No,
-            no_lock: mode == Mode::No,
-            ..Default::default()
-        },
-    ) {
-        Ok(d) => d,
+    let source = match Source::parse(args.device.as_os_str()) {
+        Ok(s) => s,
         Err(e) => {
-            if let Some(busy) = lock::in_use(&e) {
-                eprintln!("fsck.jbdfs: {busy}.");
-                eprintln!("fsck.jbdfs: Cannot continue, aborting.");
-            } else {
-                eprintln!("fsck.jbdfs: {e} while trying to open {name}");
-            }
+            eprintln!("fsck.jbdfs: {e}");
             return exit::ERROR;
         }
     };
-    if mode == Mode::No && lock::conflicts(dev.file(), LockKind::Read).unwrap_or(false) {
-        let busy = lock::InUse {
-            path: args.device.clone(),
-            holder: lock::find_holder(&args.device, dev.file()),
-        };
-        say!("Warning!  {busy}.");
-        say!("Warning: it may change while it is checked; what is found may not be there.\n");
-    }
+    let dev = match &source {
+        Source::Path(path) => match open_file(path, mode) {
+            Some(d) => d,
+            None => return exit::ERROR,
+        },
+        Source::Nbd(_) => {
+            // No lock reaches a remote export: one writer is up to the
+            // server (docs/REMOTE.md).
+            let opts = SourceOptions::new(OpenOptions {
+                read_only: mode == Mode::No,
+                ..Default::default()
+            });
+            let opened = jbdfs::device::open::open(&source, &opts).and_then(|o| {
+                if mode == Mode::No {
+                    Ok(o.device)
+                } else {
+                    o.writable()
+                }
+            });
+            match opened {
+                Ok(d) => d,
+                Err(e) => {
+                    eprintln!("fsck.jbdfs: {e} while trying to open {name}");
+                    return exit::ERROR;
+                }
+            }
+        }
+    };
     let opts = FsckOptions {
         mode,
         force: args.force,
@@ -141,7 +148,7 @@ fn run(args: &Args) -> u8 {
         superblock: args.superblock.map(|b| (b, args.blocksize)),
         compress_dirs: args.optimize,
     };
-    match fsck::check(&dev, &opts) {
+    match fsck::check(&*dev, &opts) {
         Ok(report) => {
             if report.skipped_clean {
                 say!(
@@ -179,4 +186,41 @@ fn run(args: &Args) -> u8 {
             exit::ERROR
         }
     }
+}
+
+/// Opens an image file or block device as e2fsck does: a check that may
+/// write needs the image to itself (its lock, or O_EXCL on a device); -n
+/// looks without a lock, and warns when someone holds it. None after
+/// saying why it cannot.
+fn open_file(path: &Path, mode: Mode) -> Option<Arc<dyn BlockDevice>> {
+    let name = path.display();
+    let dev = match FileDevice::open(
+        path,
+        OpenOptions {
+            read_only: mode == Mode::No,
+            exclusive: mode != Mode::No,
+            no_lock: mode == Mode::No,
+            ..Default::default()
+        },
+    ) {
+        Ok(d) => d,
+        Err(e) => {
+            if let Some(busy) = lock::in_use(&e) {
+                eprintln!("fsck.jbdfs: {busy}.");
+                eprintln!("fsck.jbdfs: Cannot continue, aborting.");
+            } else {
+                eprintln!("fsck.jbdfs: {e} while trying to open {name}");
+            }
+            return None;
+        }
+    };
+    if mode == Mode::No && lock::conflicts(dev.file(), LockKind::Read).unwrap_or(false) {
+        let busy = lock::InUse {
+            path: path.to_path_buf(),
+            holder: lock::find_holder(path, dev.file()),
+        };
+        say!("Warning!  {busy}.");
+        say!("Warning: it may change while it is checked; what is found may not be there.\n");
+    }
+    Some(Arc::new(dev))
 }

@@ -246,18 +246,8 @@ fn pwritev_all(file: &File, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()>
                 "pwritev wrote nothing",
             ));
         }
-        let mut left = n as usize;
-        pos += left as u64;
-        while left > 0 && first < owned.len() {
-            let len = owned[first].len();
-            if left >= len {
-                left -= len;
-                first += 1;
-            } else {
-                owned[first] = &owned[first][left..];
-                left = 0;
-            }
-        }
+        pos += n as u64;
+        super::consume(&mut owned, &mut first, n as usize);
     }
     Ok(())
 }

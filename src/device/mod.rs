@@ -10,6 +10,8 @@ pub mod fault;
 pub mod file;
 pub mod lock;
 pub mod memory;
+pub mod nbd;
+pub mod open;
 pub mod overlay;
 pub mod record;
 
@@ -19,8 +21,26 @@ pub use devsim::{DevSimParams, SimDevice};
 pub use fault::{FaultDevice, FaultOp, FaultPlan};
 pub use file::{FileDevice, OpenOptions};
 pub use memory::MemoryDevice;
+pub use nbd::{NbdConfig, NbdDevice};
+pub use open::{open_writable, Opened, Source, SourceOptions};
 pub use overlay::OverlayDevice;
 pub use record::{Event, RecordingDevice};
+
+/// Steps over `n` bytes written from `parts[*first..]` after a vectored
+/// write that may have been short: whole slices are skipped, a partly
+/// written one is cut.
+pub(crate) fn consume(parts: &mut [&[u8]], first: &mut usize, mut n: usize) {
+    while n > 0 && *first < parts.len() {
+        let len = parts[*first].len();
+        if n >= len {
+            n -= len;
+            *first += 1;
+        } else {
+            parts[*first] = &parts[*first][n..];
+            n = 0;
+        }
+    }
+}
 
 /// Storage addressed by byte offset.
 ///

@@ -196,12 +196,17 @@ pub struct LoopMount {
 
 impl LoopMount {
     pub fn mount(image: &Path) -> Result<Self, Out> {
+        Self::mount_with(image, "loop")
+    }
+
+    /// A mount with these `-o` options (`loop,ro`, ...).
+    pub fn mount_with(image: &Path, options: &str) -> Result<Self, Out> {
         let dir = TempDir::new("mnt");
         let o = run(
             "mount",
             [
                 OsStr::new("-o"),
-                OsStr::new("loop"),
+                OsStr::new(options),
                 OsStr::new("-t"),
                 OsStr::new("ext3"),
                 image.as_os_str(),

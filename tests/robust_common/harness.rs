@@ -12,6 +12,52 @@ use jbdfs::format::{dirent, group_desc, indirect, inode, jbd, xattr};
 
 use crate::walk;
 
+/// nbd_client: the NBD client's wire parsing over a server's bytes: the
+/// handshake (export "disk"), then simple replies while cookies 1-8 are in
+/// flight, each a read of `cookie * 512` bytes; and, independently, the
+/// input as an NBD URI, which must print as a URI that parses back to it.
+pub fn nbd_client(data: &[u8]) {
+    use jbdfs::device::nbd::{proto, NbdUri};
+    use std::io::{Read, Write};
+
+    /// A server that says `input` and hears anything.
+    struct Server<'a>(&'a [u8]);
+    impl Read for Server<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            self.0.read(buf)
+        }
+    }
+    impl Write for Server<'_> {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    if let Ok(text) = std::str::from_utf8(data) {
+        if let Ok(u) = NbdUri::parse(text) {
+            let again = NbdUri::parse(&u.to_string()).expect("a printed URI parses");
+            assert_eq!(again, u, "URI round trip");
+        }
+    }
+    let mut server = Server(data);
+    let Ok(info) = proto::handshake(&mut server, "disk") else {
+        return;
+    };
+    assert!(info.min_block.is_power_of_two() && info.min_block <= 65536);
+    assert!(info.max_payload >= info.min_block && info.max_payload <= 1 << 25);
+    assert_eq!(info.size % info.min_block as u64, 0);
+    for _ in 0..64 {
+        let known = |c: u64| (1..=8).contains(&c).then(|| c as usize * 512);
+        match proto::read_reply(&mut server, known) {
+            Ok((cookie, Ok(d))) => assert_eq!(d.len(), cookie as usize * 512),
+            Ok((_, Err(e))) => assert!(proto::errno(e) > 0),
+            Err(_) => return,
+        }
+    }
+}
+
 /// format_parsers: every parser over the same bytes, and a round trip
 /// through the serializer wherever a parse succeeds.
 pub fn format_parsers(data: &[u8]) {

@@ -1,0 +1,13 @@
+//! Fuzz target: the NBD client's handshake and reply parsing over arbitrary
+//! server bytes, and NBD URIs. The body is shared with the regression tests
+//! (tests/robust_fuzz.rs).
+#![no_main]
+
+#[path = "../../tests/robust_common/walk.rs"]
+mod walk;
+#[path = "../../tests/robust_common/harness.rs"]
+mod harness;
+
+libfuzzer_sys::fuzz_target!(|data: &[u8]| {
+    harness::nbd_client(data);
+});
