@@ -414,7 +414,9 @@ fn a_server_killed_mid_workload_loses_nothing_fsynced() {
                 let mut i = 0usize;
                 while !done.load(Ordering::Relaxed) {
                     let p = root.join(format!("w{w}-{i}"));
-                    let body: Vec<u8> = (0..4096 + i * 97).map(|k| (k + i + w) as u8).collect();
+                    let body: Vec<u8> = (0..4096 + (i % 64) * 97)
+                        .map(|k| (k + i + w) as u8)
+                        .collect();
                     let res = std::fs::File::create(&p).and_then(|f| {
                         f.write_all_at(&body, 0)?;
                         f.sync_all()
