@@ -14,7 +14,7 @@ use jbdfs::fs::xattr::SetMode;
 use jbdfs::fs::{Filesystem, FsError};
 
 use super::attr;
-use super::ioctl::{self, FlagIoctl};
+use super::ioctl::{self, FsIoctl};
 use super::request::*;
 use super::{caps, runners};
 
@@ -491,10 +491,19 @@ impl JbdFuse {
         })
     }
 
-    /// IOCTL: ext3's flag and version ioctls (chattr, lsattr) and the
-    /// fsxattr pair; any other command is ENOTTY, what a file without the
-    /// ioctl answers, and quietly, since programs probe them on every file.
-    fn ioctl(&self, ctx: &Ctx, ino: NodeId, cmd: u32, input: &[u8], out_size: u32) -> Outcome {
+    /// IOCTL: ext3's flag and version ioctls (chattr, lsattr), the
+    /// fsxattr pair and ext4's forced shutdown; any other command is
+    /// ENOTTY, what a file without the ioctl answers, and quietly, since
+    /// programs probe them on every file.
+    fn ioctl(
+        &self,
+        ctx: &Ctx,
+        ino: NodeId,
+        cmd: u32,
+        arg: u64,
+        input: &[u8],
+        out_size: u32,
+    ) -> Outcome {
         let req = match ioctl::decode(cmd, input, out_size) {
             Ok(Some(req)) => req,
             Ok(None) => return Err(Errno::from_i32(libc::ENOTTY)),
@@ -504,22 +513,39 @@ impl JbdFuse {
         let fs = &self.fs;
         let out = |data: Vec<u8>| Answer::Ioctl { result: 0, data };
         match req {
-            FlagIoctl::GetFlags => self.done(fs.get_flags(ext), |f| out(ioctl::int_out(f))),
-            FlagIoctl::GetVersion => self.done(fs.get_version(ext), |g| out(ioctl::int_out(g))),
-            FlagIoctl::FsGetXattr => self.done(fs.get_flags(ext), |f| out(ioctl::fsxattr_out(f))),
-            FlagIoctl::SetFlags(flags) => {
+            FsIoctl::GetFlags => self.done(fs.get_flags(ext), |f| out(ioctl::int_out(f))),
+            FsIoctl::GetVersion => self.done(fs.get_version(ext), |g| out(ioctl::int_out(g))),
+            FsIoctl::FsGetXattr => self.done(fs.get_flags(ext), |f| out(ioctl::fsxattr_out(f))),
+            FsIoctl::SetFlags(flags) => {
                 let res = fs.set_flags(ext, flags, &caps::flags_caller(ctx));
                 self.done(res, |()| out(Vec::new()))
             }
-            FlagIoctl::SetVersion(generation) => {
+            FsIoctl::SetVersion(generation) => {
                 let res = fs.set_version(ext, generation, &caps::flags_caller(ctx));
                 self.done(res, |()| out(Vec::new()))
             }
-            FlagIoctl::FsSetXattr(x) => {
+            FsIoctl::FsSetXattr(x) => {
                 let current = fs.get_flags(ext).map_err(|e| self.fail(&e))?;
                 let flags = ioctl::flags_from_fsxattr(current, &x).map_err(Errno::from_i32)?;
                 let res = fs.set_flags(ext, flags, &caps::flags_caller(ctx));
                 self.done(res, |()| out(Vec::new()))
+            }
+            FsIoctl::Shutdown(flags) => {
+                if !caps::sys_admin(ctx) {
+                    return Err(Errno::from_i32(libc::EPERM));
+                }
+                let flags = match flags {
+                    Some(f) => f,
+                    None => ioctl::caller_u32(ctx.pid, cmd, arg).map_err(|e| {
+                        tracing::warn!(
+                            pid = ctx.pid,
+                            "shutdown: cannot read the caller's flags: {e}"
+                        );
+                        Errno::from_i32(libc::EFAULT)
+                    })?,
+                };
+                let mode = ioctl::shutdown_mode(flags).ok_or_else(einval)?;
+                self.done(fs.shutdown(mode), |()| out(Vec::new()))
             }
         }
     }
@@ -617,10 +643,10 @@ impl JbdFuse {
             Op::Ioctl {
                 ino,
                 cmd,
+                arg,
                 in_data,
                 out_size,
-                ..
-            } => self.ioctl(ctx, ino, cmd, in_data, out_size),
+            } => self.ioctl(ctx, ino, cmd, arg, in_data, out_size),
             Op::Fallocate {
                 ino,
                 offset,
@@ -655,6 +681,11 @@ impl Handler for JbdFuse {
             ino = op.node()
         )
         .entered();
+        // After a forced shutdown every request fails until unmount, as
+        // ext4_forced_shutdown makes each operation fail.
+        if self.fs.is_shut_down() {
+            return reply.respond(Err(Errno::from_i32(libc::EIO)));
+        }
         match op {
             Op::Fsync { ino, datasync } | Op::Fsyncdir { ino, datasync } => {
                 self.fsync_then_reply(ctx, ino, datasync, reply)

@@ -356,6 +356,17 @@ impl Daemon {
         }
     }
 
+    /// [`Daemon::stop`], panicking unless the daemon exited with success.
+    pub fn stop_ok(self) {
+        let e = self.stop();
+        assert!(
+            e.status.success(),
+            "jbdfs exited {:?}: {}",
+            e.status,
+            e.stderr
+        );
+    }
+
     /// Unmounts and waits for the daemon to write back and exit.
     pub fn stop(mut self) -> Exited {
         let _ = Command::new("umount").arg(&self.dir).status();
