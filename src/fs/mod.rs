@@ -78,6 +78,9 @@ pub enum FsError {
     Range,
     #[error("operation not supported")]
     NotSupported,
+    /// A file handle names an inode no longer in use.
+    #[error("stale file handle")]
+    Stale,
     #[error("{0}")]
     Corrupt(#[from] Corruption),
     #[error("I/O error: {0}")]
@@ -117,6 +120,7 @@ impl FsError {
             FsError::NoData => libc::ENODATA,
             FsError::Range => libc::ERANGE,
             FsError::NotSupported => libc::EOPNOTSUPP,
+            FsError::Stale => libc::ESTALE,
             FsError::Corrupt(_) => libc::EIO,
             FsError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }

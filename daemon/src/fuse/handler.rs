@@ -201,10 +201,18 @@ impl JbdFuse {
         attr::file_attr(to_fuse(ino), inode, self.fs.block_size())
     }
 
+    /// The generation is the inode's `i_generation`, which file handles
+    /// carry (FUSE_EXPORT_SUPPORT): a handle of an inode since freed and
+    /// reused no longer matches. The kernel wants the root's to be 0.
     fn entry(&self, ino: InodeNo, inode: &Inode) -> EntryOut {
+        let fuse = to_fuse(ino);
         EntryOut {
             attr: self.attr(ino, inode),
-            generation: inode.i_generation as u64,
+            generation: if fuse == 1 {
+                0
+            } else {
+                inode.i_generation as u64
+            },
         }
     }
 
@@ -250,7 +258,15 @@ impl JbdFuse {
         }));
     }
 
+    /// LOOKUP. With FUSE_EXPORT_SUPPORT the kernel also looks up "." on a
+    /// node it has forgotten, to open a file handle (any kind of inode,
+    /// which must still be in use), and ".." on a directory to connect
+    /// one to the tree; ".." is the directory's own entry.
     fn lookup(&self, parent: NodeId, name: &[u8]) -> Outcome {
+        if name == b"." {
+            let ino = to_ext3(parent);
+            return self.entry_answer(self.fs.inode_for_handle(ino).map(|i| (ino, i)));
+        }
         match self.fs.lookup(to_ext3(parent), name) {
             // A name that is not there is answered with node 0 and a
             // timeout: the kernel keeps the negative dentry, so asking again
