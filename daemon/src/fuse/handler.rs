@@ -508,9 +508,9 @@ impl JbdFuse {
     }
 
     /// IOCTL: ext3's flag and version ioctls (chattr, lsattr), the
-    /// fsxattr pair and ext4's forced shutdown; any other command is
-    /// ENOTTY, what a file without the ioctl answers, and quietly, since
-    /// programs probe them on every file.
+    /// fsxattr pair, ext4's forced shutdown and the label pair; any other
+    /// command is ENOTTY, what a file without the ioctl answers, and
+    /// quietly, since programs probe them on every file.
     fn ioctl(
         &self,
         ctx: &Ctx,
@@ -562,6 +562,13 @@ impl JbdFuse {
                 };
                 let mode = ioctl::shutdown_mode(flags).ok_or_else(einval)?;
                 self.done(fs.shutdown(mode), |()| out(Vec::new()))
+            }
+            FsIoctl::GetLabel => Ok(out(ioctl::label_out(&fs.volume_name()))),
+            FsIoctl::SetLabel(len, label) => {
+                if !caps::sys_admin(ctx) {
+                    return Err(Errno::from_i32(libc::EPERM));
+                }
+                self.done(fs.set_volume_name(&label[..len]), |()| out(Vec::new()))
             }
         }
     }

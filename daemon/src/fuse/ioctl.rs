@@ -1,6 +1,6 @@
 //! The ioctls jbdfs serves, as bytes: ext3's inode flag and version ioctls
 //! (chattr, lsattr), the fsxattr pair the VFS maps onto the same flags, and
-//! ext4's forced shutdown. What they do is the handler's
+//! ext4's forced shutdown and label pair. What they do is the handler's
 //! ([`super::handler`]); this decodes a FUSE_IOCTL's command and input and
 //! encodes its output.
 //!
@@ -49,6 +49,14 @@ pub const EXT4_IOC_SHUTDOWN: u32 = 0x8004_587d;
 pub const EXT4_GOING_FLAGS_DEFAULT: u32 = 0;
 pub const EXT4_GOING_FLAGS_LOGFLUSH: u32 = 1;
 pub const EXT4_GOING_FLAGS_NOLOGFLUSH: u32 = 2;
+
+/// `_IOR(0x94, 49, char[FSLABEL_MAX])` and `_IOW(0x94, 50, ...)`: the
+/// volume label (e2label's), in a 256-byte buffer.
+pub const FS_IOC_GETFSLABEL: u32 = 0x8100_9431;
+pub const FS_IOC_SETFSLABEL: u32 = 0x4100_9432;
+pub const FSLABEL_MAX: usize = 256;
+/// ext3's label field holds 16 bytes (EXT4_LABEL_MAX).
+const EXT3_LABEL_MAX: usize = 16;
 
 /// `sizeof(struct fsxattr)`: xflags, extsize, nextents, projid,
 /// cowextsize, 8 bytes of padding.
@@ -100,6 +108,9 @@ pub enum FsIoctl {
     /// EXT4_IOC_SHUTDOWN, with its flags when the request carried them
     /// (FUSE never does: see the module's notes).
     Shutdown(Option<u32>),
+    GetLabel,
+    /// The new label: its length and bytes (at most 16).
+    SetLabel(usize, [u8; EXT3_LABEL_MAX]),
 }
 
 /// The request `cmd` makes with `input`, offering `out_size` bytes back:
@@ -134,9 +145,36 @@ pub fn decode(cmd: u32, input: &[u8], out_size: u32) -> Result<Option<FsIoctl>, 
             }))
         }
         EXT4_IOC_SHUTDOWN => Ok(FsIoctl::Shutdown(read_u32(input, 0))),
+        FS_IOC_GETFSLABEL => room(FSLABEL_MAX).map(|()| FsIoctl::GetLabel),
+        FS_IOC_SETFSLABEL => set_label(input),
         _ => return Ok(None),
     };
     op.map(Some)
+}
+
+/// FS_IOC_SETFSLABEL's buffer: a string of at most FSLABEL_MAX bytes,
+/// of which ext3 keeps 16 (EINVAL past that, as ext4_ioctl_setlabel).
+fn set_label(input: &[u8]) -> Result<FsIoctl, i32> {
+    if input.len() < FSLABEL_MAX {
+        return Err(libc::EINVAL);
+    }
+    let len = input[..FSLABEL_MAX]
+        .iter()
+        .position(|&b| b == 0)
+        .unwrap_or(FSLABEL_MAX);
+    if len > EXT3_LABEL_MAX {
+        return Err(libc::EINVAL);
+    }
+    let mut label = [0u8; EXT3_LABEL_MAX];
+    label[..len].copy_from_slice(&input[..len]);
+    Ok(FsIoctl::SetLabel(len, label))
+}
+
+/// FS_IOC_GETFSLABEL's answer: the label in a zeroed FSLABEL_MAX buffer.
+pub fn label_out(name: &[u8; 16]) -> Vec<u8> {
+    let mut out = vec![0u8; FSLABEL_MAX];
+    out[..name.len()].copy_from_slice(name);
+    out
 }
 
 /// What EXT4_IOC_SHUTDOWN's flags ask for; None (EINVAL) for others.
@@ -252,6 +290,8 @@ mod tests {
         assert_eq!(FS_IOC_FSGETXATTR, ioc(r, b'X', 31, FSXATTR_SIZE as u32));
         assert_eq!(FS_IOC_FSSETXATTR, ioc(w, b'X', 32, FSXATTR_SIZE as u32));
         assert_eq!(EXT4_IOC_SHUTDOWN, ioc(r, b'X', 125, 4));
+        assert_eq!(FS_IOC_GETFSLABEL, ioc(r, 0x94, 49, FSLABEL_MAX as u32));
+        assert_eq!(FS_IOC_SETFSLABEL, ioc(w, 0x94, 50, FSLABEL_MAX as u32));
         assert_eq!(
             FS_IOC_GETFLAGS as libc::c_ulong,
             libc::FS_IOC_GETFLAGS as libc::c_ulong
@@ -322,6 +362,29 @@ mod tests {
             caller_u32(std::process::id(), EXT4_IOC_SHUTDOWN, at).unwrap(),
             flags
         );
+    }
+
+    #[test]
+    fn labels_fit_ext3s_sixteen_bytes() {
+        assert_eq!(
+            decode(FS_IOC_GETFSLABEL, &[], 256),
+            Ok(Some(FsIoctl::GetLabel))
+        );
+        assert_eq!(decode(FS_IOC_GETFSLABEL, &[], 16), Err(libc::EINVAL));
+        let mut buf = vec![0u8; FSLABEL_MAX];
+        buf[..5].copy_from_slice(b"hello");
+        let mut want = [0u8; 16];
+        want[..5].copy_from_slice(b"hello");
+        assert_eq!(
+            decode(FS_IOC_SETFSLABEL, &buf, 0),
+            Ok(Some(FsIoctl::SetLabel(5, want)))
+        );
+        buf[..17].copy_from_slice(b"seventeen-bytes!!");
+        assert_eq!(decode(FS_IOC_SETFSLABEL, &buf, 0), Err(libc::EINVAL));
+        assert_eq!(decode(FS_IOC_SETFSLABEL, &buf[..16], 0), Err(libc::EINVAL));
+        let out = label_out(&want);
+        assert_eq!(out.len(), FSLABEL_MAX);
+        assert_eq!(&out[..6], b"hello\0");
     }
 
     #[test]
