@@ -23,9 +23,8 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
-use common::{assert_e2fsck_clean, jbdfs_image_with, TempDir};
-use daemon_common::{can_mount, Daemon};
-use jbdfs::mkfs::MkfsOptions;
+use common::{assert_e2fsck_clean, TempDir};
+use daemon_common::{can_mount, image_4k, Daemon};
 
 /// `struct file_handle` with room for any handle (MAX_HANDLE_SZ).
 #[repr(C)]
@@ -101,11 +100,7 @@ fn handles_survive_dropped_caches_and_go_stale_when_deleted() {
     if !can_mount("handles_survive_dropped_caches_and_go_stale_when_deleted") {
         return;
     }
-    let opts = MkfsOptions {
-        block_size: Some(4096),
-        ..Default::default()
-    };
-    let img = jbdfs_image_with("export", opts, 64 << 20);
+    let img = image_4k("export", 64 << 20);
     let dir = TempDir::new("export");
     let d = Daemon::start(&img.path, &dir.path, "", Duration::from_secs(20)).expect("mount");
     let m = &dir.path;

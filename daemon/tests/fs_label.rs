@@ -15,9 +15,8 @@ use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
-use common::{assert_e2fsck_clean, dumpe2fs_header, jbdfs_image_with, run, TempDir};
-use daemon_common::{can_mount, Daemon};
-use jbdfs::mkfs::MkfsOptions;
+use common::{assert_e2fsck_clean, dumpe2fs_header, run, TempDir};
+use daemon_common::{can_mount, image_4k, Daemon};
 
 const FS_IOC_GETFSLABEL: u32 = 0x8100_9431;
 const FS_IOC_SETFSLABEL: u32 = 0x4100_9432;
@@ -62,11 +61,7 @@ fn label_ioctls_agree_with_e2label_and_are_journaled() {
     if !can_mount("label_ioctls_agree_with_e2label_and_are_journaled") {
         return;
     }
-    let opts = MkfsOptions {
-        block_size: Some(4096),
-        ..Default::default()
-    };
-    let img = jbdfs_image_with("label", opts, 64 << 20);
+    let img = image_4k("label", 64 << 20);
     let dir = TempDir::new("label");
     run("e2label", [img.path_str(), "from-e2label"]).expect_ok();
 

@@ -372,6 +372,13 @@ impl BlockDevice for WatchedDevice {
     fn size(&self) -> u64 {
         self.inner.size()
     }
+
+    /// Refused once writes are; a failure is the trim's, not an error of
+    /// the filesystem (nothing it needs is lost).
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.refuse_if_halted()?;
+        self.inner.discard(offset, len)
+    }
 }
 
 impl super::Filesystem {

@@ -22,6 +22,7 @@ pub mod orphan;
 pub mod readahead;
 pub mod rename;
 pub mod tail;
+pub mod trim;
 pub mod truncate;
 pub mod xattr;
 

@@ -508,9 +508,9 @@ impl JbdFuse {
     }
 
     /// IOCTL: ext3's flag and version ioctls (chattr, lsattr), the
-    /// fsxattr pair, ext4's forced shutdown and the label pair; any other
-    /// command is ENOTTY, what a file without the ioctl answers, and
-    /// quietly, since programs probe them on every file.
+    /// fsxattr pair, ext4's forced shutdown, the label pair and FITRIM;
+    /// any other command is ENOTTY, what a file without the ioctl
+    /// answers, and quietly, since programs probe them on every file.
     fn ioctl(
         &self,
         ctx: &Ctx,
@@ -569,6 +569,13 @@ impl JbdFuse {
                     return Err(Errno::from_i32(libc::EPERM));
                 }
                 self.done(fs.set_volume_name(&label[..len]), |()| out(Vec::new()))
+            }
+            FsIoctl::Trim { start, len, minlen } => {
+                if !caps::sys_admin(ctx) {
+                    return Err(Errno::from_i32(libc::EPERM));
+                }
+                let res = fs.trim(start, len, minlen);
+                self.done(res, |n| out(ioctl::trim_out(start, n, minlen)))
             }
         }
     }

@@ -1,8 +1,8 @@
 //! The ioctls jbdfs serves, as bytes: ext3's inode flag and version ioctls
 //! (chattr, lsattr), the fsxattr pair the VFS maps onto the same flags, and
-//! ext4's forced shutdown and label pair. What they do is the handler's
-//! ([`super::handler`]); this decodes a FUSE_IOCTL's command and input and
-//! encodes its output.
+//! ext4's forced shutdown, label pair and FITRIM. What they do is the
+//! handler's ([`super::handler`]); this decodes a FUSE_IOCTL's command and
+//! input and encodes its output.
 //!
 //! How the kernel sends them (fs/fuse/ioctl.c): FS_IOC_GETFLAGS/SETFLAGS
 //! and FS_IOC_FSGETXATTR/FSSETXATTR never reach a FUSE file's ioctl; the
@@ -58,6 +58,11 @@ pub const FSLABEL_MAX: usize = 256;
 /// ext3's label field holds 16 bytes (EXT4_LABEL_MAX).
 const EXT3_LABEL_MAX: usize = 16;
 
+/// `_IOWR('X', 121, struct fstrim_range)`: discard free blocks (fstrim).
+pub const FITRIM: u32 = 0xc018_5879;
+/// `struct fstrim_range { __u64 start, len, minlen; }`.
+pub const FSTRIM_RANGE_SIZE: usize = 24;
+
 /// `sizeof(struct fsxattr)`: xflags, extsize, nextents, projid,
 /// cowextsize, 8 bytes of padding.
 pub const FSXATTR_SIZE: usize = 28;
@@ -111,6 +116,12 @@ pub enum FsIoctl {
     GetLabel,
     /// The new label: its length and bytes (at most 16).
     SetLabel(usize, [u8; EXT3_LABEL_MAX]),
+    /// FITRIM's range: start, len, minlen, in bytes.
+    Trim {
+        start: u64,
+        len: u64,
+        minlen: u64,
+    },
 }
 
 /// The request `cmd` makes with `input`, offering `out_size` bytes back:
@@ -147,6 +158,15 @@ pub fn decode(cmd: u32, input: &[u8], out_size: u32) -> Result<Option<FsIoctl>, 
         EXT4_IOC_SHUTDOWN => Ok(FsIoctl::Shutdown(read_u32(input, 0))),
         FS_IOC_GETFSLABEL => room(FSLABEL_MAX).map(|()| FsIoctl::GetLabel),
         FS_IOC_SETFSLABEL => set_label(input),
+        FITRIM => {
+            let field = |i: usize| read_u64(input, 8 * i).ok_or(libc::EINVAL);
+            room(FSTRIM_RANGE_SIZE)?;
+            Ok(FsIoctl::Trim {
+                start: field(0)?,
+                len: field(1)?,
+                minlen: field(2)?,
+            })
+        }
         _ => return Ok(None),
     };
     op.map(Some)
@@ -175,6 +195,15 @@ pub fn label_out(name: &[u8; 16]) -> Vec<u8> {
     let mut out = vec![0u8; FSLABEL_MAX];
     out[..name.len()].copy_from_slice(name);
     out
+}
+
+/// FITRIM's answer: the range given back with `len` the bytes trimmed, as
+/// ext4 reports them.
+pub fn trim_out(start: u64, trimmed: u64, minlen: u64) -> Vec<u8> {
+    [start, trimmed, minlen]
+        .iter()
+        .flat_map(|v| v.to_ne_bytes())
+        .collect()
 }
 
 /// What EXT4_IOC_SHUTDOWN's flags ask for; None (EINVAL) for others.
@@ -264,6 +293,11 @@ pub fn flags_from_fsxattr(current: u32, x: &FsXattr) -> Result<u32, i32> {
     Ok((current & !common) | from_x)
 }
 
+fn read_u64(b: &[u8], at: usize) -> Option<u64> {
+    let bytes: [u8; 8] = b.get(at..at + 8)?.try_into().ok()?;
+    Some(u64::from_ne_bytes(bytes))
+}
+
 fn read_u32(b: &[u8], at: usize) -> Option<u32> {
     let bytes: [u8; 4] = b.get(at..at + 4)?.try_into().ok()?;
     Some(u32::from_ne_bytes(bytes))
@@ -292,6 +326,7 @@ mod tests {
         assert_eq!(EXT4_IOC_SHUTDOWN, ioc(r, b'X', 125, 4));
         assert_eq!(FS_IOC_GETFSLABEL, ioc(r, 0x94, 49, FSLABEL_MAX as u32));
         assert_eq!(FS_IOC_SETFSLABEL, ioc(w, 0x94, 50, FSLABEL_MAX as u32));
+        assert_eq!(FITRIM, ioc(r | w, b'X', 121, FSTRIM_RANGE_SIZE as u32));
         assert_eq!(
             FS_IOC_GETFLAGS as libc::c_ulong,
             libc::FS_IOC_GETFLAGS as libc::c_ulong
@@ -385,6 +420,22 @@ mod tests {
         let out = label_out(&want);
         assert_eq!(out.len(), FSLABEL_MAX);
         assert_eq!(&out[..6], b"hello\0");
+    }
+
+    #[test]
+    fn fitrim_takes_and_gives_back_a_range() {
+        let range = trim_out(4096, 1 << 30, 8192);
+        assert_eq!(range.len(), FSTRIM_RANGE_SIZE);
+        assert_eq!(
+            decode(FITRIM, &range, 24),
+            Ok(Some(FsIoctl::Trim {
+                start: 4096,
+                len: 1 << 30,
+                minlen: 8192
+            }))
+        );
+        assert_eq!(decode(FITRIM, &range[..16], 24), Err(libc::EINVAL));
+        assert_eq!(decode(FITRIM, &range, 8), Err(libc::EINVAL));
     }
 
     #[test]

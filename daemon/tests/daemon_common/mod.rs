@@ -237,6 +237,15 @@ impl Drop for UringSwitchedOff {
     }
 }
 
+/// A fresh jbdfs image of `size` bytes with 4 KiB blocks, removed on drop.
+pub fn image_4k(tag: &str, size: u64) -> crate::common::TempImage {
+    let opts = jbdfs::mkfs::MkfsOptions {
+        block_size: Some(4096),
+        ..Default::default()
+    };
+    crate::common::jbdfs_image_with(tag, opts, size)
+}
+
 /// Why FUSE tests cannot run here, if they cannot.
 pub fn cannot_fuse() -> Option<String> {
     if !Path::new("/dev/fuse").exists() {
