@@ -472,3 +472,64 @@ pub(crate) fn keep_error_record_after_replay(
     dev.flush()?;
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::ShutdownMode;
+    use crate::device::BlockDevice;
+    use crate::format::InodeNo;
+    use crate::fs::namei::Caller;
+    use crate::fs::{Filesystem, FsError, MountConfig};
+    use crate::mkfs::{memory_image, MkfsOptions};
+
+    const ROOT: InodeNo = InodeNo(2);
+    const ME: Caller = Caller { uid: 0, gid: 0 };
+
+    /// Makes `synced` (fsync'd) and then `late` (not committed), shuts down
+    /// with `mode`, and checks that nothing reaches the device afterwards
+    /// and that unmount works; returns the names a new mount finds.
+    fn after_shutdown(mode: ShutdownMode) -> (bool, bool) {
+        let opts = MkfsOptions {
+            block_size: Some(1024),
+            ..Default::default()
+        };
+        let mem = Arc::new(memory_image(&opts, 8 << 20).unwrap());
+        let dev: Arc<dyn BlockDevice> = mem.clone();
+        let mut cfg = MountConfig::default();
+        cfg.journal.commit_interval = std::time::Duration::from_secs(300);
+        let fs = Filesystem::mount(dev, &cfg).unwrap();
+        let (f, _) = fs.mknod(ROOT, b"synced", 0o100644, 0, ME).unwrap();
+        fs.write(f, 0, b"kept", true).unwrap();
+        fs.fsync(f, false).unwrap();
+        fs.mkdir(ROOT, b"late", 0o755, ME).unwrap();
+        fs.shutdown(mode).unwrap();
+        assert!(fs.is_shut_down());
+        let frozen = mem.snapshot();
+        assert!(matches!(
+            fs.mkdir(ROOT, b"after", 0o755, ME),
+            Err(FsError::ReadOnly)
+        ));
+        fs.unmount().unwrap();
+        drop(fs);
+        assert!(
+            mem.snapshot() == frozen,
+            "{mode:?}: written after the shutdown"
+        );
+        let dev: Arc<dyn BlockDevice> = mem.clone();
+        let fs = Filesystem::mount(dev, &MountConfig::default()).unwrap();
+        let synced = fs.lookup(ROOT, b"synced").map(|(ino, _)| ino);
+        let late = fs.lookup(ROOT, b"late").is_ok();
+        let synced = synced.is_ok_and(|ino| fs.read(ino, 0, 4).unwrap() == b"kept");
+        fs.unmount().unwrap();
+        (synced, late)
+    }
+
+    #[test]
+    fn shutdown_keeps_what_each_mode_promises() {
+        assert_eq!(after_shutdown(ShutdownMode::Sync), (true, true));
+        assert_eq!(after_shutdown(ShutdownMode::FlushLog), (true, true));
+        assert_eq!(after_shutdown(ShutdownMode::NoFlush), (true, false));
+    }
+}
