@@ -413,6 +413,15 @@ pub enum Zeroed {
     Nothing,
 }
 
+/// A fresh image of `size` bytes in memory, formatted with `opts`, for
+/// in-process tests and tools.
+pub fn memory_image(opts: &MkfsOptions, size: u64) -> Result<crate::device::MemoryDevice> {
+    let dev = crate::device::MemoryDevice::new(size)?;
+    let g = plan(opts, size)?;
+    format(&dev, opts, &g, Zeroed::All, &mut Progress::quiet())?;
+    Ok(dev)
+}
+
 /// Lays out the filesystem of `geometry` on `dev`.
 pub fn format(
     dev: &dyn BlockDevice,
@@ -1524,22 +1533,5 @@ fn check_not_formatted(path: &std::path::Path, name: &str) -> std::result::Resul
 
 /// Deallocates `[0, len)` of a regular file so that it reads as zeros.
 fn punch_hole(file: &std::fs::File, len: u64) -> io::Result<()> {
-    use std::os::unix::io::AsRawFd;
-    let len =
-        libc::off_t::try_from(len).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
-    // SAFETY: fallocate only reads its integer arguments; the descriptor is
-    // owned by `file`, which outlives the call.
-    let rc = unsafe {
-        libc::fallocate(
-            file.as_raw_fd(),
-            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-            0,
-            len,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
+    crate::device::file::punch_hole(file, 0, len)
 }

@@ -11,8 +11,7 @@ use jbdfs::device::{BlockDevice, Event, MemoryDevice, RecordingDevice};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::Caller;
 use jbdfs::fs::{Filesystem, MountConfig};
-use jbdfs::mkfs::{format, plan, MkfsOptions, Zeroed};
-use jbdfs::util::Progress;
+use jbdfs::mkfs::{memory_image, MkfsOptions};
 
 const ROOT: InodeNo = InodeNo(2);
 const ME: Caller = Caller { uid: 0, gid: 0 };
@@ -28,11 +27,7 @@ fn fresh_image() -> Arc<MemoryDevice> {
         block_size: Some(4096),
         ..Default::default()
     };
-    let size = 64 << 20;
-    let mem = Arc::new(MemoryDevice::new(size).unwrap());
-    let g = plan(&opts, size).unwrap();
-    format(&*mem, &opts, &g, Zeroed::All, &mut Progress::quiet()).unwrap();
-    mem
+    Arc::new(memory_image(&opts, 64 << 20).unwrap())
 }
 
 #[test]

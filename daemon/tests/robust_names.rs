@@ -259,13 +259,7 @@ fn hostile_names_through_fuse() {
     }
     std::fs::write(p.join("bottom"), b"deep").unwrap();
     assert_eq!(std::fs::read(p.join("bottom")).unwrap(), b"deep");
-    let e = d.stop();
-    assert!(
-        e.status.success(),
-        "jbdfs exited with {:?}: {}",
-        e.status,
-        e.stderr
-    );
+    d.stop_ok();
     common::assert_e2fsck_clean(&img.path, "hostile names through FUSE");
     linux_sees(&img.path, &names, &["tree", "b", "c"], DEPTH_THROUGH_FUSE);
 }

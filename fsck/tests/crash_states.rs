@@ -15,8 +15,7 @@ use jbdfs::fs::namei::Caller;
 use jbdfs::fs::{Filesystem, MountConfig};
 use jbdfs::fsck::{check, FsckOptions, Mode};
 use jbdfs::journal::recovery::{recover, RecoverOptions};
-use jbdfs::mkfs::{format, plan, MkfsOptions, Zeroed};
-use jbdfs::util::Progress;
+use jbdfs::mkfs::{memory_image, MkfsOptions};
 
 const ROOT: InodeNo = InodeNo(2);
 const WHO: Caller = Caller { uid: 0, gid: 0 };
@@ -27,10 +26,7 @@ fn record_workload() -> (Vec<u8>, Vec<Event>) {
         block_size: Some(1024),
         ..Default::default()
     };
-    let size = 8 << 20;
-    let mem = Arc::new(MemoryDevice::new(size).unwrap());
-    let g = plan(&opts, size).unwrap();
-    format(&*mem, &opts, &g, Zeroed::All, &mut Progress::quiet()).unwrap();
+    let mem = Arc::new(memory_image(&opts, 8 << 20).unwrap());
     let base = mem.snapshot();
     let rec = Arc::new(RecordingDevice::new(mem));
     let dev: Arc<dyn BlockDevice> = rec.clone();

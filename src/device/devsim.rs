@@ -325,6 +325,11 @@ impl BlockDevice for SimDevice {
     fn size(&self) -> u64 {
         self.inner.size()
     }
+
+    /// Passed to the backing store at no modelled cost.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.discard(offset, len)
+    }
 }
 
 #[cfg(test)]

@@ -158,6 +158,10 @@ impl BlockDevice for FaultDevice {
     fn size(&self) -> u64 {
         self.inner.size()
     }
+
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.discard(offset, len)
+    }
 }
 
 #[cfg(test)]

@@ -203,6 +203,50 @@ impl BlockDevice for FileDevice {
     fn size(&self) -> u64 {
         self.size
     }
+
+    /// A hole punched in an image file (its blocks go back to the host
+    /// filesystem), BLKDISCARD on a block device.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.check_range(len as usize, offset)?;
+        if !self.is_block_device {
+            return punch_hole(&self.file, offset, len);
+        }
+        /// `_IO(0x12, 119)` (include/uapi/linux/fs.h).
+        const BLKDISCARD: libc::c_ulong = 0x1277;
+        let range: [u64; 2] = [offset, len];
+        // SAFETY: BLKDISCARD reads two u64s (start, length) through the
+        // pointer, which points at a live local for the call; the
+        // descriptor is owned by `self.file`.
+        let rc = unsafe { libc::ioctl(self.file.as_raw_fd(), BLKDISCARD, range.as_ptr()) };
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
+    }
+}
+
+/// Deallocates `len` bytes from `offset` of a regular file, which then read
+/// as zeroes (fallocate PUNCH_HOLE, the file's size kept).
+pub fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
+    let off =
+        |v: u64| libc::off_t::try_from(v).map_err(|_| io::Error::from(io::ErrorKind::InvalidInput));
+    let (offset, len) = (off(offset)?, off(len)?);
+    // SAFETY: fallocate only reads its integer arguments; the descriptor is
+    // owned by `file`, which outlives the call.
+    let rc = unsafe {
+        libc::fallocate(
+            file.as_raw_fd(),
+            libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+            offset,
+            len,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
 }
 
 /// Writes every byte of `bufs` with pwritev, resubmitting after short writes.

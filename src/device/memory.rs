@@ -74,6 +74,15 @@ impl BlockDevice for MemoryDevice {
     fn size(&self) -> u64 {
         self.data.read().len() as u64
     }
+
+    /// Zeroes the range, as a discard that reads back zeroes would.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        let mut data = self.data.write();
+        let len = usize::try_from(len).unwrap_or(usize::MAX);
+        let r = self.range(len, offset, data.len())?;
+        data[r].fill(0);
+        Ok(())
+    }
 }
 
 #[cfg(test)]

@@ -70,6 +70,15 @@ pub trait BlockDevice: Send + Sync {
 
     /// The size in bytes.
     fn size(&self) -> u64;
+
+    /// Tells the storage that the `len` bytes at `offset` hold nothing worth
+    /// keeping (a TRIM: FITRIM discards free blocks through it); reading
+    /// them afterwards may give zeroes or the old bytes. `Unsupported`
+    /// where the storage has no such request, which is the default.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        let _ = (offset, len);
+        Err(io::Error::from(io::ErrorKind::Unsupported))
+    }
 }
 
 impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
@@ -88,6 +97,9 @@ impl<T: BlockDevice + ?Sized> BlockDevice for std::sync::Arc<T> {
     fn size(&self) -> u64 {
         (**self).size()
     }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        (**self).discard(offset, len)
+    }
 }
 
 impl<T: BlockDevice + ?Sized> BlockDevice for Box<T> {
@@ -105,5 +117,8 @@ impl<T: BlockDevice + ?Sized> BlockDevice for Box<T> {
     }
     fn size(&self) -> u64 {
         (**self).size()
+    }
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        (**self).discard(offset, len)
     }
 }

@@ -206,6 +206,12 @@ impl BlockDevice for RecordingDevice {
     fn size(&self) -> u64 {
         self.inner.size()
     }
+
+    /// Passed through, not logged: a discard only ever touches free
+    /// blocks, whose contents no crash state depends on.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.inner.discard(offset, len)
+    }
 }
 
 impl Drop for RecordingDevice {

@@ -13,6 +13,11 @@
 //! Errors are noticed where they surface: I/O errors by [`WatchedDevice`],
 //! which sits between the filesystem and its device, and corruption found
 //! while serving a request by [`Filesystem::report_error`].
+//!
+//! A forced shutdown (ext4's EXT4_IOC_SHUTDOWN, fstests' `godown`) uses
+//! the same machinery without recording an error: the journal is aborted
+//! and every later device write refused, as errors=panic does, so the
+//! image keeps exactly what had committed (see [`Filesystem::shutdown`]).
 
 use std::fmt;
 use std::io::{self, IoSlice};
@@ -72,6 +77,20 @@ pub enum PanicAction {
     ExitProcess,
 }
 
+/// How a forced shutdown treats what is not yet on disk (the kernel's
+/// EXT4_GOING_FLAGS_DEFAULT, _LOGFLUSH and _NOLOGFLUSH).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShutdownMode {
+    /// Freeze first: file data written, the journal committed and
+    /// checkpointed (bdev_freeze), then stop.
+    Sync,
+    /// Commit the running transaction, then stop (file data the commit does
+    /// not wait for is lost).
+    FlushLog,
+    /// Stop at once: nothing after the last commit survives.
+    NoFlush,
+}
+
 /// The exit status of a daemon stopped by `errors=panic`.
 pub const PANIC_EXIT_STATUS: i32 = 70;
 
@@ -105,7 +124,12 @@ pub struct ErrorState {
     block_size: u64,
     journal: OnceLock<Weak<Journal>>,
     read_only: AtomicBool,
+    /// No device write goes through any more: errors=panic, or a forced
+    /// shutdown.
     halted: AtomicBool,
+    /// A forced shutdown began: every request fails with EIO until
+    /// unmount.
+    shut_down: AtomicBool,
     recorded: Mutex<Recorded>,
 }
 
@@ -126,6 +150,7 @@ impl ErrorState {
             journal: OnceLock::new(),
             read_only: AtomicBool::new(false),
             halted: AtomicBool::new(false),
+            shut_down: AtomicBool::new(false),
             recorded: Mutex::new(Recorded {
                 count: sb.s_error_count,
                 first: None,
@@ -153,9 +178,31 @@ impl ErrorState {
         self.read_only.load(Ordering::Acquire)
     }
 
-    /// Whether `errors=panic` stopped all writing.
+    /// Whether `errors=panic` or a forced shutdown stopped all writing.
     pub fn is_halted(&self) -> bool {
         self.halted.load(Ordering::Acquire)
+    }
+
+    /// Whether a forced shutdown has begun (ext4_forced_shutdown).
+    pub fn is_shut_down(&self) -> bool {
+        self.shut_down.load(Ordering::Acquire)
+    }
+
+    /// Marks the filesystem shut down; false if it already was.
+    fn begin_shutdown(&self) -> bool {
+        !self.shut_down.swap(true, Ordering::AcqRel)
+    }
+
+    /// The end of a forced shutdown: the journal aborted (the running
+    /// transaction never commits, commit waiters get EIO), changes refused,
+    /// and every later device write refused, so that nothing reaches the
+    /// image after this. No error is recorded: a shutdown is not damage.
+    fn halt_after_shutdown(&self) {
+        self.read_only.store(true, Ordering::Release);
+        if let Some(j) = self.journal.get().and_then(Weak::upgrade) {
+            j.abort_new_handles();
+        }
+        self.halted.store(true, Ordering::Release);
     }
 
     /// How many errors this filesystem has recorded, over all mounts.
@@ -331,6 +378,13 @@ impl BlockDevice for WatchedDevice {
     fn size(&self) -> u64 {
         self.inner.size()
     }
+
+    /// Refused once writes are; a failure is the trim's, not an error of
+    /// the filesystem (nothing it needs is lost).
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        self.refuse_if_halted()?;
+        self.inner.discard(offset, len)
+    }
 }
 
 impl super::Filesystem {
@@ -358,6 +412,42 @@ impl super::Filesystem {
     /// The errors= state of this mount.
     pub fn error_state(&self) -> &ErrorState {
         &self.errors
+    }
+
+    /// A forced shutdown (ext4_force_shutdown): from here until unmount the
+    /// filesystem writes nothing more, and the FUSE layer answers every
+    /// request with EIO ([`Filesystem::is_shut_down`]). The journal is
+    /// aborted, so unmount leaves needs_recovery set and the next mount
+    /// replays the log: with [`ShutdownMode::NoFlush`] exactly what had
+    /// committed survives, with [`ShutdownMode::FlushLog`] the running
+    /// transaction too, and with [`ShutdownMode::Sync`] everything (the
+    /// filesystem is frozen first: file data written, the log committed and
+    /// checkpointed, needs_recovery cleared, as freeze does). A second
+    /// shutdown does nothing. Only a failed freeze is an error, and then
+    /// the filesystem is not shut down, as in the kernel.
+    pub fn shutdown(&self, mode: ShutdownMode) -> super::Result<()> {
+        if self.errors.is_shut_down() {
+            return Ok(());
+        }
+        if mode == ShutdownMode::Sync && !self.is_read_only() {
+            self.remount(true)?;
+        }
+        if !self.errors.begin_shutdown() {
+            return Ok(());
+        }
+        tracing::warn!(?mode, "filesystem shut down");
+        if mode == ShutdownMode::FlushLog && !self.is_read_only() {
+            if let Err(e) = self.journal().force_commit() {
+                tracing::warn!("shutdown: the journal could not be committed: {e}");
+            }
+        }
+        self.errors.halt_after_shutdown();
+        Ok(())
+    }
+
+    /// Whether a forced shutdown has begun: every request fails with EIO.
+    pub fn is_shut_down(&self) -> bool {
+        self.errors.is_shut_down()
     }
 }
 
@@ -387,4 +477,65 @@ pub(crate) fn keep_error_record_after_replay(
     dev.write_at(&after.to_bytes(), sbm::SUPERBLOCK_OFFSET)?;
     dev.flush()?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::ShutdownMode;
+    use crate::device::BlockDevice;
+    use crate::format::InodeNo;
+    use crate::fs::namei::Caller;
+    use crate::fs::{Filesystem, FsError, MountConfig};
+    use crate::mkfs::{memory_image, MkfsOptions};
+
+    const ROOT: InodeNo = InodeNo(2);
+    const ME: Caller = Caller { uid: 0, gid: 0 };
+
+    /// Makes `synced` (fsync'd) and then `late` (not committed), shuts down
+    /// with `mode`, and checks that nothing reaches the device afterwards
+    /// and that unmount works; returns the names a new mount finds.
+    fn after_shutdown(mode: ShutdownMode) -> (bool, bool) {
+        let opts = MkfsOptions {
+            block_size: Some(1024),
+            ..Default::default()
+        };
+        let mem = Arc::new(memory_image(&opts, 8 << 20).unwrap());
+        let dev: Arc<dyn BlockDevice> = mem.clone();
+        let mut cfg = MountConfig::default();
+        cfg.journal.commit_interval = std::time::Duration::from_secs(300);
+        let fs = Filesystem::mount(dev, &cfg).unwrap();
+        let (f, _) = fs.mknod(ROOT, b"synced", 0o100644, 0, ME).unwrap();
+        fs.write(f, 0, b"kept", true).unwrap();
+        fs.fsync(f, false).unwrap();
+        fs.mkdir(ROOT, b"late", 0o755, ME).unwrap();
+        fs.shutdown(mode).unwrap();
+        assert!(fs.is_shut_down());
+        let frozen = mem.snapshot();
+        assert!(matches!(
+            fs.mkdir(ROOT, b"after", 0o755, ME),
+            Err(FsError::ReadOnly)
+        ));
+        fs.unmount().unwrap();
+        drop(fs);
+        assert!(
+            mem.snapshot() == frozen,
+            "{mode:?}: written after the shutdown"
+        );
+        let dev: Arc<dyn BlockDevice> = mem.clone();
+        let fs = Filesystem::mount(dev, &MountConfig::default()).unwrap();
+        let synced = fs.lookup(ROOT, b"synced").map(|(ino, _)| ino);
+        let late = fs.lookup(ROOT, b"late").is_ok();
+        let synced = synced.is_ok_and(|ino| fs.read(ino, 0, 4).unwrap() == b"kept");
+        fs.unmount().unwrap();
+        (synced, late)
+    }
+
+    #[test]
+    fn shutdown_keeps_what_each_mode_promises() {
+        assert_eq!(after_shutdown(ShutdownMode::Sync), (true, true));
+        assert_eq!(after_shutdown(ShutdownMode::FlushLog), (true, true));
+        assert_eq!(after_shutdown(ShutdownMode::NoFlush), (true, false));
+    }
 }

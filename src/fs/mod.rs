@@ -24,6 +24,7 @@ pub mod readahead;
 pub mod readdir;
 pub mod rename;
 pub mod tail;
+pub mod trim;
 pub mod truncate;
 pub mod xattr;
 
@@ -80,6 +81,9 @@ pub enum FsError {
     Range,
     #[error("operation not supported")]
     NotSupported,
+    /// A file handle names an inode no longer in use.
+    #[error("stale file handle")]
+    Stale,
     #[error("{0}")]
     Corrupt(#[from] Corruption),
     #[error("I/O error: {0}")]
@@ -119,6 +123,7 @@ impl FsError {
             FsError::NoData => libc::ENODATA,
             FsError::Range => libc::ERANGE,
             FsError::NotSupported => libc::EOPNOTSUPP,
+            FsError::Stale => libc::ESTALE,
             FsError::Corrupt(_) => libc::EIO,
             FsError::Io(e) => e.raw_os_error().unwrap_or(libc::EIO),
         }

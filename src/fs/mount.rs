@@ -629,6 +629,33 @@ impl Filesystem {
         Ok(())
     }
 
+    /// The volume label (`s_volume_name`, e2label's), NUL-padded.
+    pub fn volume_name(&self) -> [u8; 16] {
+        self.sb.lock().s_volume_name
+    }
+
+    /// Sets the volume label (FS_IOC_SETFSLABEL): at most 16 bytes, stored
+    /// NUL-padded, through the journal as every superblock change is, and
+    /// committed before this returns (e2label's change is durable when it
+    /// exits too). Only the primary superblock changes: e2fsck does not
+    /// compare the label with the backups.
+    pub fn set_volume_name(&self, label: &[u8]) -> Result<()> {
+        let mut name = [0u8; 16];
+        if label.len() > name.len() {
+            return Err(FsError::Invalid("label longer than 16 bytes"));
+        }
+        if self.is_read_only() {
+            return Err(FsError::ReadOnly);
+        }
+        name[..label.len()].copy_from_slice(label);
+        let mut h = self.journal.start(1)?;
+        self.sb.lock().s_volume_name = name;
+        self.write_superblock(&mut h)?;
+        h.set_sync();
+        h.stop()?;
+        Ok(())
+    }
+
     /// statfs: (blocks, free blocks, available to non-root, inodes, free inodes).
     pub fn statfs(&self) -> Result<StatFs> {
         let (free_blocks, free_inodes) = self.free_counts()?;

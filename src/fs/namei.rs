@@ -159,6 +159,27 @@ impl Filesystem {
         Ok(self.iget(ino)?.state.read().disk.clone())
     }
 
+    /// The inode a file handle names, found by number alone (ext4's
+    /// ext4_nfs_get_inode, through FUSE a LOOKUP of "." on a node the
+    /// kernel has forgotten): [`FsError::Stale`] for a number outside the
+    /// table or reserved (but the root), and for an inode no longer in use
+    /// (no links: deleted, or an open orphan, as ext4_iget judges it). The
+    /// caller compares the generation.
+    pub fn inode_for_handle(&self, ino: InodeNo) -> Result<Inode> {
+        let (count, first) = {
+            let sb = self.sb.lock();
+            (sb.s_inodes_count, sb.first_ino())
+        };
+        if ino.0 == 0 || ino.0 > count || (ino.0 < first && ino.0 != 2) {
+            return Err(FsError::Stale);
+        }
+        let inode = self.getattr(ino)?;
+        if inode.i_links_count == 0 {
+            return Err(FsError::Stale);
+        }
+        Ok(inode)
+    }
+
     /// A new inode of `mode` owned by the caller, written and installed.
     fn new_inode(
         &self,

@@ -1188,8 +1188,7 @@ mod tests {
     use crate::fs::namei::Caller;
     use crate::fs::{Filesystem, MountConfig};
     use crate::fsck::{check, exit, read_superblock, super_check, FsckOptions, Report};
-    use crate::mkfs::{format, plan, MkfsOptions, Zeroed};
-    use crate::util::Progress;
+    use crate::mkfs::MkfsOptions;
 
     const WHO: Caller = Caller { uid: 0, gid: 0 };
 
@@ -1273,10 +1272,7 @@ mod tests {
             block_size: Some(1024),
             ..Default::default()
         };
-        let size = 16 << 20;
-        let mem = Arc::new(MemoryDevice::new(size).unwrap());
-        let g = plan(&opts, size).unwrap();
-        format(&*mem, &opts, &g, Zeroed::All, &mut Progress::quiet()).unwrap();
+        let mem = Arc::new(crate::mkfs::memory_image(&opts, 16 << 20).unwrap());
         let dev: Arc<dyn BlockDevice> = mem.clone();
         let fs = Filesystem::mount(dev, &MountConfig::default()).unwrap();
         // jbdfs indexes a directory it grows when the filesystem has

@@ -1174,7 +1174,7 @@ mod tests {
     /// then the int in the payload.
     #[test]
     fn decodes_ioctl_setflags_from_payload() {
-        use super::super::ioctl::{self, FlagIoctl, FS_IOC_SETFLAGS};
+        use super::super::ioctl::{self, FsIoctl, FS_IOC_SETFLAGS};
         let mut s = Vec::new();
         p64(&mut s, 0); // fh
         p32(&mut s, 1 << 4); // flags: FUSE_IOCTL_DIR
@@ -1195,7 +1195,7 @@ mod tests {
                 assert_eq!((ino, cmd, out_size), (9, FS_IOC_SETFLAGS, 0));
                 assert_eq!(
                     ioctl::decode(cmd, in_data, out_size),
-                    Ok(Some(FlagIoctl::SetFlags(0x10)))
+                    Ok(Some(FsIoctl::SetFlags(0x10)))
                 );
             }
             other => panic!("{other:?}"),

@@ -1,6 +1,7 @@
 //! The capabilities of the process behind a FUSE request, for the checks a
 //! kernel filesystem makes with capable() (CAP_LINUX_IMMUTABLE for
-//! `chattr +i`/`+a`, CAP_FOWNER for a non-owner's flag change).
+//! `chattr +i`/`+a`, CAP_FOWNER for a non-owner's flag change,
+//! CAP_SYS_ADMIN for the filesystem-wide ioctls).
 //!
 //! A FUSE request carries only the caller's uid, gid and pid, so the
 //! effective set is read from `/proc/PID/status` (`CapEff`), which needs no
@@ -11,6 +12,10 @@
 use jbdfs::fs::flags::FlagsCaller;
 
 use super::request::Ctx;
+
+/// include/uapi/linux/capability.h: what ext4 asks of a shutdown, a label
+/// change or a trim.
+pub const CAP_SYS_ADMIN: u32 = 21;
 
 /// The `CapEff:` line of a /proc/PID/status text, as a bit set.
 pub fn parse_cap_eff(status: &str) -> Option<u64> {
@@ -37,6 +42,11 @@ pub fn flags_caller(ctx: &Ctx) -> FlagsCaller {
         uid: ctx.uid,
         cap_effective: effective(ctx.pid).unwrap_or(0),
     }
+}
+
+/// capable(CAP_SYS_ADMIN) for the request's caller.
+pub fn sys_admin(ctx: &Ctx) -> bool {
+    flags_caller(ctx).capable(CAP_SYS_ADMIN)
 }
 
 #[cfg(test)]

@@ -21,8 +21,10 @@ use super::handler::recycle;
 use super::request::*;
 
 /// What the daemon asks the kernel for at FUSE_INIT (and gets where the
-/// kernel offers it).
+/// kernel offers it). FUSE_EXPORT_SUPPORT: the handler answers LOOKUPs of
+/// "." and ".." (file handles, NFS export).
 pub const WANTED_INIT_FLAGS: InitFlags = InitFlags::FUSE_ASYNC_READ
+    .union(InitFlags::FUSE_EXPORT_SUPPORT)
     .union(InitFlags::FUSE_BIG_WRITES)
     .union(InitFlags::FUSE_WRITEBACK_CACHE)
     .union(InitFlags::FUSE_PARALLEL_DIROPS)

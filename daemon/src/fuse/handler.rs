@@ -14,7 +14,7 @@ use jbdfs::fs::{Filesystem, FsError};
 use jbdfs::journal::CommitStart;
 
 use super::attr;
-use super::ioctl::{self, FlagIoctl};
+use super::ioctl::{self, FsIoctl};
 use super::request::*;
 use super::{caps, runners};
 
@@ -199,10 +199,18 @@ impl JbdFuse {
         attr::file_attr(to_fuse(ino), inode, self.fs.block_size())
     }
 
+    /// The generation is the inode's `i_generation`, which file handles
+    /// carry (FUSE_EXPORT_SUPPORT): a handle of an inode since freed and
+    /// reused no longer matches. The kernel wants the root's to be 0.
     fn entry(&self, ino: InodeNo, inode: &Inode) -> EntryOut {
+        let fuse = to_fuse(ino);
         EntryOut {
             attr: self.attr(ino, inode),
-            generation: inode.i_generation as u64,
+            generation: if fuse == 1 {
+                0
+            } else {
+                inode.i_generation as u64
+            },
         }
     }
 
@@ -256,7 +264,15 @@ impl JbdFuse {
         }));
     }
 
+    /// LOOKUP. With FUSE_EXPORT_SUPPORT the kernel also looks up "." on a
+    /// node it has forgotten, to open a file handle (any kind of inode,
+    /// which must still be in use), and ".." on a directory to connect
+    /// one to the tree; ".." is the directory's own entry.
     fn lookup(&self, parent: NodeId, name: &[u8]) -> Outcome {
+        if name == b"." {
+            let ino = to_ext3(parent);
+            return self.entry_answer(self.fs.inode_for_handle(ino).map(|i| (ino, i)));
+        }
         match self.fs.lookup(to_ext3(parent), name) {
             // A name that is not there is answered with node 0 and a
             // timeout: the kernel keeps the negative dentry, so asking again
@@ -506,10 +522,19 @@ impl JbdFuse {
         })
     }
 
-    /// IOCTL: ext3's flag and version ioctls (chattr, lsattr) and the
-    /// fsxattr pair; any other command is ENOTTY, what a file without the
-    /// ioctl answers, and quietly, since programs probe them on every file.
-    fn ioctl(&self, ctx: &Ctx, ino: NodeId, cmd: u32, input: &[u8], out_size: u32) -> Outcome {
+    /// IOCTL: ext3's flag and version ioctls (chattr, lsattr), the
+    /// fsxattr pair, ext4's forced shutdown, the label pair and FITRIM;
+    /// any other command is ENOTTY, what a file without the ioctl
+    /// answers, and quietly, since programs probe them on every file.
+    fn ioctl(
+        &self,
+        ctx: &Ctx,
+        ino: NodeId,
+        cmd: u32,
+        arg: u64,
+        input: &[u8],
+        out_size: u32,
+    ) -> Outcome {
         let req = match ioctl::decode(cmd, input, out_size) {
             Ok(Some(req)) => req,
             Ok(None) => return Err(Errno::from_i32(libc::ENOTTY)),
@@ -519,22 +544,53 @@ impl JbdFuse {
         let fs = &self.fs;
         let out = |data: Vec<u8>| Answer::Ioctl { result: 0, data };
         match req {
-            FlagIoctl::GetFlags => self.done(fs.get_flags(ext), |f| out(ioctl::int_out(f))),
-            FlagIoctl::GetVersion => self.done(fs.get_version(ext), |g| out(ioctl::int_out(g))),
-            FlagIoctl::FsGetXattr => self.done(fs.get_flags(ext), |f| out(ioctl::fsxattr_out(f))),
-            FlagIoctl::SetFlags(flags) => {
+            FsIoctl::GetFlags => self.done(fs.get_flags(ext), |f| out(ioctl::int_out(f))),
+            FsIoctl::GetVersion => self.done(fs.get_version(ext), |g| out(ioctl::int_out(g))),
+            FsIoctl::FsGetXattr => self.done(fs.get_flags(ext), |f| out(ioctl::fsxattr_out(f))),
+            FsIoctl::SetFlags(flags) => {
                 let res = fs.set_flags(ext, flags, &caps::flags_caller(ctx));
                 self.done(res, |()| out(Vec::new()))
             }
-            FlagIoctl::SetVersion(generation) => {
+            FsIoctl::SetVersion(generation) => {
                 let res = fs.set_version(ext, generation, &caps::flags_caller(ctx));
                 self.done(res, |()| out(Vec::new()))
             }
-            FlagIoctl::FsSetXattr(x) => {
+            FsIoctl::FsSetXattr(x) => {
                 let current = fs.get_flags(ext).map_err(|e| self.fail(&e))?;
                 let flags = ioctl::flags_from_fsxattr(current, &x).map_err(Errno::from_i32)?;
                 let res = fs.set_flags(ext, flags, &caps::flags_caller(ctx));
                 self.done(res, |()| out(Vec::new()))
+            }
+            FsIoctl::Shutdown(flags) => {
+                if !caps::sys_admin(ctx) {
+                    return Err(Errno::from_i32(libc::EPERM));
+                }
+                let flags = match flags {
+                    Some(f) => f,
+                    None => ioctl::caller_u32(ctx.pid, cmd, arg).map_err(|e| {
+                        tracing::warn!(
+                            pid = ctx.pid,
+                            "shutdown: cannot read the caller's flags: {e}"
+                        );
+                        Errno::from_i32(libc::EFAULT)
+                    })?,
+                };
+                let mode = ioctl::shutdown_mode(flags).ok_or_else(einval)?;
+                self.done(fs.shutdown(mode), |()| out(Vec::new()))
+            }
+            FsIoctl::GetLabel => Ok(out(ioctl::label_out(&fs.volume_name()))),
+            FsIoctl::SetLabel(len, label) => {
+                if !caps::sys_admin(ctx) {
+                    return Err(Errno::from_i32(libc::EPERM));
+                }
+                self.done(fs.set_volume_name(&label[..len]), |()| out(Vec::new()))
+            }
+            FsIoctl::Trim { start, len, minlen } => {
+                if !caps::sys_admin(ctx) {
+                    return Err(Errno::from_i32(libc::EPERM));
+                }
+                let res = fs.trim(start, len, minlen);
+                self.done(res, |n| out(ioctl::trim_out(start, n, minlen)))
             }
         }
     }
@@ -632,10 +688,10 @@ impl JbdFuse {
             Op::Ioctl {
                 ino,
                 cmd,
+                arg,
                 in_data,
                 out_size,
-                ..
-            } => self.ioctl(ctx, ino, cmd, in_data, out_size),
+            } => self.ioctl(ctx, ino, cmd, arg, in_data, out_size),
             Op::Fallocate {
                 ino,
                 offset,
@@ -670,6 +726,11 @@ impl Handler for JbdFuse {
             ino = op.node()
         )
         .entered();
+        // After a forced shutdown every request fails until unmount, as
+        // ext4_forced_shutdown makes each operation fail.
+        if self.fs.is_shut_down() {
+            return reply.respond(Err(Errno::from_i32(libc::EIO)));
+        }
         match op {
             Op::Fsync { ino, datasync } | Op::Fsyncdir { ino, datasync } => {
                 self.fsync_then_reply(ctx, ino, datasync, reply)

@@ -190,6 +190,8 @@ pub enum Op<'a> {
     Ioctl {
         ino: NodeId,
         cmd: u32,
+        /// The caller's argument (a pointer into its memory); 0 where the
+        /// transport does not carry it (fuser's /dev/fuse session).
         arg: u64,
         in_data: &'a [u8],
         out_size: u32,

@@ -237,6 +237,15 @@ impl Drop for UringSwitchedOff {
     }
 }
 
+/// A fresh jbdfs image of `size` bytes with 4 KiB blocks, removed on drop.
+pub fn image_4k(tag: &str, size: u64) -> crate::common::TempImage {
+    let opts = jbdfs::mkfs::MkfsOptions {
+        block_size: Some(4096),
+        ..Default::default()
+    };
+    crate::common::jbdfs_image_with(tag, opts, size)
+}
+
 /// Why FUSE tests cannot run here, if they cannot.
 pub fn cannot_fuse() -> Option<String> {
     if !Path::new("/dev/fuse").exists() {
@@ -354,6 +363,17 @@ impl Daemon {
             }
             std::thread::sleep(Duration::from_millis(20));
         }
+    }
+
+    /// [`Daemon::stop`], panicking unless the daemon exited with success.
+    pub fn stop_ok(self) {
+        let e = self.stop();
+        assert!(
+            e.status.success(),
+            "jbdfs exited {:?}: {}",
+            e.status,
+            e.stderr
+        );
     }
 
     /// Unmounts and waits for the daemon to write back and exit.
