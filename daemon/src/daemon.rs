@@ -20,6 +20,14 @@ use jbdfs::fs::{Filesystem, MountConfig};
 
 use crate::fuse::JbdFuse;
 
+/// What a remount request needs: where the request comes, and the
+/// options the mount was made with (a remount may repeat, not change, the
+/// fixed ones).
+struct RemountContext {
+    mountpoint: PathBuf,
+    mounted: crate::options::MountOptions,
+}
+
 /// What the daemon needs, resolved from the command line and -o options.
 #[derive(Clone, Debug)]
 pub struct DaemonConfig {
@@ -62,6 +70,8 @@ pub struct DaemonConfig {
     pub max_map: u32,
     /// -o acl / -o noacl (`None`: the superblock's default mount options).
     pub acl: Option<bool>,
+    /// The options as parsed, for a remount to compare its own with.
+    pub mount_options: crate::options::MountOptions,
     /// -o nbd_timeout=SECONDS: how long an NBD source's client retries a
     /// lost connection before I/O fails.
     pub nbd_timeout: Duration,
@@ -359,7 +369,11 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
     // between would find the default action (terminate) in place.
     let serving = session.serving();
     let marks = recorder.zip(cfg.record.clone());
-    let signals = SignalWatcher::start(unmounter, fs.clone(), marks, cfg.mountpoint.clone())?;
+    let remount = RemountContext {
+        mountpoint: cfg.mountpoint.clone(),
+        mounted: cfg.mount_options.clone(),
+    };
+    let signals = SignalWatcher::start(unmounter, fs.clone(), marks, remount)?;
     let stats = StatsWriter::start(fs.clone(), cfg.stats.clone(), serving.to_string());
     // A failure here leaves a kernel that waits for rings: dropping the
     // session unmounts, so that nothing hangs on the mount.
@@ -481,7 +495,7 @@ impl SignalWatcher {
         mut unmounter: fuser::SessionUnmounter,
         fs: Arc<Filesystem>,
         marks: Option<(Arc<RecordingDevice>, PathBuf)>,
-        mountpoint: PathBuf,
+        remount: RemountContext,
     ) -> anyhow::Result<SignalWatcher> {
         use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM, SIGUSR1, SIGUSR2};
         let mut signals =
@@ -496,7 +510,8 @@ impl SignalWatcher {
                         continue;
                     }
                     if sig == SIGUSR2 {
-                        if crate::remount::serve_request(&fs, &mountpoint) {
+                        if crate::remount::serve_request(&fs, &remount.mountpoint, &remount.mounted)
+                        {
                             continue;
                         }
                         if let Some((rec, log)) = &marks {

@@ -162,6 +162,7 @@ fn run(args: Args) -> anyhow::Result<()> {
         acl: opts.acl,
         nbd_timeout: std::time::Duration::from_secs(opts.nbd_timeout.into()),
         nbd_connections: opts.nbd_connections,
+        mount_options: opts.clone(),
     };
     let mut cfg = cfg;
     if daemon::check_mountable(&cfg)? && !cfg.read_only {

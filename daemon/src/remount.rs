@@ -43,51 +43,52 @@ pub fn answer_path(mountpoint: &Path) -> PathBuf {
     pid_file_path(mountpoint).with_extension("remount-done")
 }
 
-/// Options a remount may carry without changing anything jbdfs keeps
-/// fixed while mounted: the state, per-mount flags, and what fstab and
-/// mount(8) add (`defaults`, x-*, the source's own options repeated).
-fn check_changeable(requested: &[String], mounted_with: &[String]) -> anyhow::Result<()> {
-    const FIXED: &[&str] = &[
-        "data",
-        "acl",
-        "noacl",
-        "cache_size",
-        "threads",
-        "direct",
-        "direct_io",
-        "io_uring",
-        "noio_uring",
-        "io_uring_q_depth",
-        "record",
-        "devsim",
-        "stats",
-        "max_map",
-        "nbd_timeout",
-        "nbd_connections",
-    ];
-    let fixed: Vec<&String> = requested
-        .iter()
-        .filter(|o| FIXED.contains(&o.split('=').next().unwrap_or_default()))
-        .filter(|o| !mounted_with.contains(o))
-        .collect();
-    if fixed.is_empty() {
-        return Ok(());
+/// jbdfs's own options that stay as mounted: a remount may repeat them
+/// (fstab and fstests give the mount's whole option list again), and the
+/// daemon, which knows what it was mounted with, refuses any that would
+/// change.
+const FIXED: &[&str] = &[
+    "data",
+    "acl",
+    "noacl",
+    "cache_size",
+    "threads",
+    "direct",
+    "direct_io",
+    "io_uring",
+    "noio_uring",
+    "io_uring_q_depth",
+    "record",
+    "devsim",
+    "stats",
+    "max_map",
+    "nbd_timeout",
+    "nbd_connections",
+];
+
+/// The words of `fixed` that would change what `mounted` says.
+fn fixed_changes(fixed: &[&str], mounted: &MountOptions) -> anyhow::Result<Vec<String>> {
+    let mut changed = Vec::new();
+    for word in fixed {
+        let mut probe = mounted.clone();
+        probe.apply_word(word)?;
+        if probe != *mounted {
+            changed.push(word.to_string());
+        }
     }
-    let names: Vec<&str> = fixed.iter().map(|s| s.as_str()).collect();
-    bail!(
-        "remount cannot change {} while mounted (unmount and mount again)",
-        names.join(", ")
-    )
+    Ok(changed)
 }
 
-/// The words of `options` a remount changes on the fly, each checked
-/// here so that a bad value is refused before anything changes.
-fn tunable_words(options: &[String]) -> anyhow::Result<Vec<String>> {
+/// The words of `options` for the daemon: those a remount changes on the
+/// fly and those it must find unchanged, each checked here so that a bad
+/// value is refused before anything changes.
+fn daemon_words(options: &[String]) -> anyhow::Result<Vec<String>> {
     let mut probe = MountOptions::default();
     let mut words = Vec::new();
     for o in options {
         let key = o.split('=').next().unwrap_or_default();
-        if REMOUNT_TUNABLE.contains(&key) || ATIME_WORDS.contains(&o.as_str()) {
+        let ours = REMOUNT_TUNABLE.contains(&key) || FIXED.contains(&key);
+        if ours || ATIME_WORDS.contains(&o.as_str()) {
             probe.apply_word(o)?;
             words.push(o.clone());
         }
@@ -101,8 +102,7 @@ pub fn request(mountpoint: &Path, options: &[String]) -> anyhow::Result<()> {
     let target = std::fs::canonicalize(mountpoint)
         .with_context(|| format!("{}: no such mount point", mountpoint.display()))?;
     let mount = MountEntry::find(&target)?;
-    check_changeable(options, &mount.super_options)?;
-    let words = tunable_words(options)?;
+    let words = daemon_words(options)?;
     let read_only = match options.iter().rev().find(|o| *o == "ro" || *o == "rw") {
         Some(o) => o == "ro",
         None => mount.read_only(),
@@ -199,7 +199,6 @@ fn kernel_remount(target: &Path, flags: libc::c_ulong) -> anyhow::Result<()> {
 /// The mount on a target, from /proc/self/mountinfo.
 struct MountEntry {
     mount_options: Vec<String>,
-    super_options: Vec<String>,
 }
 
 impl MountEntry {
@@ -211,10 +210,7 @@ impl MountEntry {
             .rev()
             .filter_map(parse_mountinfo_line)
             .find(|(t, fstype, _, _)| *t == want && fstype == "fuse.jbdfs")
-            .map(|(_, _, mount_options, super_options)| MountEntry {
-                mount_options,
-                super_options,
-            })
+            .map(|(_, _, mount_options, _)| MountEntry { mount_options })
             .ok_or_else(|| anyhow!("{want}: not a fuse.jbdfs mount"))
     }
 
@@ -291,13 +287,13 @@ fn unmangle(s: &str) -> String {
 
 /// The daemon's side, on SIGUSR2: serves a pending remount request, if
 /// any. Returns whether there was one.
-pub fn serve_request(fs: &Arc<Filesystem>, mountpoint: &Path) -> bool {
+pub fn serve_request(fs: &Arc<Filesystem>, mountpoint: &Path, mounted: &MountOptions) -> bool {
     let request = request_path(mountpoint);
     let Ok(text) = std::fs::read_to_string(&request) else {
         return false;
     };
     let _ = std::fs::remove_file(&request);
-    let answer = match remount(fs, &text) {
+    let answer = match remount(fs, &text, mounted) {
         Ok(()) => "ok".to_string(),
         Err(e) => {
             tracing::error!("remount failed: {e:#}");
@@ -312,7 +308,7 @@ pub fn serve_request(fs: &Arc<Filesystem>, mountpoint: &Path) -> bool {
 
 /// Carries out a request: the new options are checked first, then the
 /// state changes, and only if it did do the options.
-fn remount(fs: &Filesystem, request: &str) -> anyhow::Result<()> {
+fn remount(fs: &Filesystem, request: &str, mounted: &MountOptions) -> anyhow::Result<()> {
     let mut lines = request.lines();
     let state = lines.next().unwrap_or_default().trim();
     let read_only = match state {
@@ -320,8 +316,22 @@ fn remount(fs: &Filesystem, request: &str) -> anyhow::Result<()> {
         "rw" => false,
         other => bail!("unknown remount request {other:?}"),
     };
+    let words: Vec<&str> = lines
+        .flat_map(|l| l.split(','))
+        .filter(|w| !w.is_empty())
+        .collect();
+    let (fixed, tunable): (Vec<&str>, Vec<&str>) = words
+        .into_iter()
+        .partition(|w| FIXED.contains(&w.split('=').next().unwrap_or_default()));
+    let changed = fixed_changes(&fixed, mounted)?;
+    if !changed.is_empty() {
+        bail!(
+            "remount cannot change {} while mounted (unmount and mount again)",
+            changed.join(", ")
+        );
+    }
     let mut opts = MountOptions::from_tunables(&fs.tunables());
-    for word in lines.flat_map(|l| l.split(',')).filter(|w| !w.is_empty()) {
+    for word in tunable {
         opts.apply_word(word)?;
     }
     fs.remount(read_only)?;
@@ -356,7 +366,6 @@ mod tests {
     fn remount_keeps_per_mount_flags_unless_told() {
         let m = MountEntry {
             mount_options: words("rw,nosuid,nodev,relatime"),
-            super_options: Vec::new(),
         };
         let f = m.remount_flags(&words("remount,ro"), true);
         assert_eq!(
@@ -372,23 +381,28 @@ mod tests {
     }
 
     #[test]
-    fn a_remount_carries_the_options_it_may_change_and_checks_them() {
-        let asked =
-            words("remount,ro,nosuid,commit=9,nobarrier,noatime,errors=continue,bdelay=jbd2");
-        assert_eq!(
-            tunable_words(&asked).unwrap(),
-            words("commit=9,nobarrier,noatime,errors=continue,bdelay=jbd2")
+    fn a_remount_carries_jbdfs_options_and_checks_them() {
+        let asked = words(
+            "remount,ro,nosuid,commit=9,nobarrier,noatime,errors=continue,bdelay=jbd2,noio_uring",
         );
-        let e = tunable_words(&words("remount,commit=soon")).unwrap_err();
+        assert_eq!(
+            daemon_words(&asked).unwrap(),
+            words("commit=9,nobarrier,noatime,errors=continue,bdelay=jbd2,noio_uring")
+        );
+        let e = daemon_words(&words("remount,commit=soon")).unwrap_err();
         assert!(e.to_string().contains("commit"), "{e}");
-        assert!(tunable_words(&words("remount,errors=explode")).is_err());
+        assert!(daemon_words(&words("remount,errors=explode")).is_err());
     }
 
     #[test]
-    fn fixed_options_cannot_change_on_remount() {
-        assert!(check_changeable(&words("remount,ro,nosuid,defaults,commit=9"), &[]).is_ok());
-        let e = check_changeable(&words("remount,data=journal,commit=9,noacl"), &[]).unwrap_err();
-        assert!(e.to_string().contains("data=journal, noacl"), "{e}");
+    fn fixed_options_may_be_repeated_but_not_changed() {
+        let mounted = MountOptions::parse(&["noio_uring", "stats=/tmp/s"]).unwrap();
+        // Repeated as mounted, or a default said aloud: nothing changes.
+        let same = ["noio_uring", "stats=/tmp/s", "data=ordered"];
+        assert!(fixed_changes(&same, &mounted).unwrap().is_empty());
+        let changed =
+            fixed_changes(&["data=journal", "io_uring", "stats=/tmp/s"], &mounted).unwrap();
+        assert_eq!(changed, ["data=journal", "io_uring"]);
     }
 
     #[test]

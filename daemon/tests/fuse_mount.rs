@@ -112,6 +112,7 @@ impl Mounted {
             acl: None,
             nbd_timeout: Duration::from_secs(30),
             nbd_connections: 1,
+            mount_options: Default::default(),
         };
         adjust(&mut cfg);
         let transport_used = cfg.transport;
