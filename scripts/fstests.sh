@@ -43,11 +43,14 @@
 # be this build's: when it is missing the script links it to target/release
 # for the run. umount(8) must find /sbin/umount.fuse.jbdfs to wait for the
 # daemon: when it is missing the script installs it for the run. Both are
-# removed at the end; another jbdfs in /usr/local/bin is refused.
+# removed when the last run that uses them ends; another jbdfs in
+# /usr/local/bin is refused.
 # ext3: FSTYP=ext3, TEST_DEV and SCRATCH_DEV are loop devices over image
 # files.
 #
-# Each test runs in its own `./check TEST` (under `timeout`). After it, the
+# The whole run is in a private mount namespace (unshare -m), so that nothing
+# else on the machine touches its mounts. Each test runs in its own
+# `./check TEST` (under `timeout`). After it, the
 # script unmounts whatever is still mounted, waits until no process holds the
 # images (the daemons have exited), and runs `e2fsck -fn` on both images. An
 # unclean image, a daemon that does not exit within 60 s, or a test past
@@ -70,6 +73,7 @@ set -euo pipefail
 # shellcheck source=scripts/lib-mount.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib-mount.sh"
 
+args=("$@")
 groups=()
 tests=()
 quick_sample=0
@@ -115,13 +119,25 @@ if [ "$quick_sample" -eq 0 ] && [ ${#groups[@]} -eq 0 ] && [ ${#tests[@]} -eq 0 
 fi
 
 is_root || skip_or_fail "fstests needs root (it mounts, and runs tests as other users)"
+# The run lives in a private mount namespace. Outside processes that stat
+# every mount point (df, fuser: another job on the machine) pin a FUSE mount
+# while its daemon answers, and fstests' unmounts then fail with EBUSY now
+# and then (1 in 60 unmounts on a loaded machine; 0 in 150 in a private
+# namespace). And no mount of the run can outlive it in the host's table.
+if [ -z "${JBDFS_FSTESTS_NS:-}" ]; then
+    command -v unshare >/dev/null 2>&1 || skip_or_fail "unshare (util-linux) is missing"
+    JBDFS_FSTESTS_NS=1 exec unshare --mount --propagation private \
+        bash "$JBDFS_ROOT/scripts/fstests.sh" "${args[@]}"
+fi
 [ ${#transports[@]} -eq 0 ] || [ -e /dev/fuse ] || skip_or_fail "/dev/fuse is missing"
 [ "$run_ext3" -eq 0 ] || have_loop || skip_or_fail "no loop devices for the ext3 reference"
 
 # ---- cleanup: mounts, daemons, loop devices, enable_uring, the helper -------
 LOOPS=()             # loop devices we attached
-helper_installed=""  # /sbin/umount.fuse.jbdfs when we put it there
-daemon_installed=""  # /usr/local/bin/jbdfs when we linked it
+# Runs at once share /usr/local/bin/jbdfs and /sbin/umount.fuse.jbdfs: each
+# run registers in SHARE_DIR, a run that installs one notes it there, and
+# the last run out removes what was installed.
+SHARE_DIR=/run/jbdfs-fstests
 uring_was=""         # enable_uring's value before we turned it on
 IMAGES=()            # every image of the run, for the daemon hunt below
 
@@ -163,6 +179,35 @@ fuse_abort() {
     fi
 }
 
+# share_join / share_leave: register this run / unregister it and, when no
+# other run is alive, remove what runs installed (install_for_run).
+share_join() {
+    mkdir -p "$SHARE_DIR"
+    : >"$SHARE_DIR/run.$$"
+}
+share_leave() {
+    local f
+    rm -f "$SHARE_DIR/run.$$"
+    for f in "$SHARE_DIR"/run.*; do
+        [ -e "$f" ] && kill -0 "${f##*.}" 2>/dev/null && return 0
+        rm -f "$f"
+    done
+    for f in "$SHARE_DIR"/installed.*; do
+        [ -e "$f" ] || continue
+        rm -f "$(cat "$f")" "$f"
+    done
+}
+
+# install_for_run NAME PATH COMMAND...: run COMMAND to put PATH in place for
+# the runs, and note it for share_leave.
+install_for_run() {
+    local name="$1" path="$2"
+    shift 2
+    "$@" || die "cannot install $path"
+    printf '%s\n' "$path" >"$SHARE_DIR/installed.$name"
+    info "installed $path for fstests runs (removed when the last one ends)"
+}
+
 cleanup() {
     local img pid dev
     set +e
@@ -183,8 +228,7 @@ cleanup() {
         done
     done
     for dev in "${LOOPS[@]}"; do losetup -d "$dev" 2>/dev/null; done
-    [ -z "$helper_installed" ] || rm -f "$helper_installed"
-    [ -z "$daemon_installed" ] || rm -f "$daemon_installed"
+    share_leave
     uring_restore
     mnt_cleanup
 }
@@ -251,7 +295,8 @@ done
 declare -A EXCLUDED=()
 if [ -f "$exclude_file" ]; then
     while read -r t why; do
-        EXCLUDED[$t]="${why#\#}"
+        why="${why#\#}"
+        EXCLUDED[$t]="${why# }"
     done < <(sed -n 's/^\([a-z0-9]*\/[0-9]*\)[[:space:]]*\(#.*\)\{0,1\}$/\1 \2/p' "$exclude_file")
 fi
 
@@ -282,18 +327,14 @@ if [ ${#transports[@]} -gt 0 ]; then
     # mount(8) drops PATH before mount.fuse3 runs `jbdfs`, so the shell's
     # default PATH is searched: /usr/local/bin must hold this build's jbdfs.
     daemon_bin=/usr/local/bin/jbdfs
+    share_join
     if [ ! -e "$daemon_bin" ] && [ ! -L "$daemon_bin" ]; then
-        ln -s "$JBDFS_BIN_DIR/jbdfs" "$daemon_bin"
-        daemon_installed="$daemon_bin"
-        info "linked $daemon_bin to $JBDFS_BIN_DIR/jbdfs for this run (removed at the end)"
+        install_for_run jbdfs "$daemon_bin" ln -s "$JBDFS_BIN_DIR/jbdfs" "$daemon_bin"
     elif ! cmp -s "$daemon_bin" "$JBDFS_BIN_DIR/jbdfs"; then
         die "$daemon_bin is another jbdfs than $JBDFS_BIN_DIR/jbdfs: mount -t fuse.jbdfs would run it (reinstall with scripts/install.sh, or remove it)"
     fi
-    if [ ! -e /sbin/umount.fuse.jbdfs ]; then
+    [ -e /sbin/umount.fuse.jbdfs ] || install_for_run umount-helper /sbin/umount.fuse.jbdfs \
         install -m 0755 "$JBDFS_ROOT/scripts/umount.fuse.jbdfs" /sbin/umount.fuse.jbdfs
-        helper_installed=/sbin/umount.fuse.jbdfs
-        info "installed /sbin/umount.fuse.jbdfs for this run (removed at the end)"
-    fi
 fi
 
 [ -n "$results" ] || results="$(mktemp -d "$JBDFS_WORKDIR/jbdfs-fstests-results.XXXXXX")"
@@ -423,7 +464,7 @@ run_target() {
         n=$((n + 1))
         if [ "$target" != ext3 ] && [ -n "${EXCLUDED[$t]+x}" ]; then
             printf '%s excluded %s\n' "$t" "${EXCLUDED[$t]}" >>"$status_file"
-            printf '[%d/%d] %-12s %s excluded\n' "$n" "${#list[@]}" "$t" "$target"
+            printf '[%d/%d] %-12s %s excluded: %s\n' "$n" "${#list[@]}" "$t" "$target" "${EXCLUDED[$t]}"
             continue
         fi
         echo "==== $t" >>"$log"
