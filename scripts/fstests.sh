@@ -8,7 +8,7 @@
 #   -g GROUP            every generic/ test of an fstests group (-g quick);
 #                       may be given more than once
 #   --quick-sample      the fixed CI list in scripts/fstests.quick-sample
-#                       (about 100 generic/ tests, some of them "not run")
+#                       (100 generic/ tests, some of them "not run")
 #   --transport T       jbdfs over dev_fuse (-o noio_uring; the default),
 #                       io_uring (-o io_uring) or both. For io_uring the
 #                       script turns /sys/module/fuse/parameters/enable_uring

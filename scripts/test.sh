@@ -27,7 +27,7 @@
 #      e2fsprogs-tests.sh     e2fsprogs' own f_* fsck cases against fsck.jbdfs
 #                             (a floor on the pass rate; every image with
 #                             features jbdfs lacks refused cleanly)
-#      fstests.sh --quick-sample  about 100 fstests generic/ tests on Linux
+#      fstests.sh --quick-sample  100 fstests generic/ tests on Linux
 #                             ext3 (loop) and on jbdfs over /dev/fuse and
 #                             io_uring (it turns enable_uring on and puts it
 #                             back itself), e2fsck -fn of both images after
