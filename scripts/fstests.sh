@@ -240,8 +240,15 @@ cleanup() {
     uring_restore
     mnt_cleanup
 }
+# stop_check: stop the running test (timeout passes the signal on to the
+# test's process group).
+check_pid=""
+stop_check() {
+    [ -z "$check_pid" ] || kill -TERM "$check_pid" 2>/dev/null || true
+    [ -z "$check_pid" ] || wait "$check_pid" 2>/dev/null || true
+}
 trap cleanup EXIT
-trap 'exit 130' INT TERM HUP
+trap 'stop_check; exit 130' INT TERM HUP
 
 # ---- fstests: unpack, patch, build once -------------------------------------
 section "fstests"
@@ -499,7 +506,14 @@ run_target() {
         [ "$target" != jbdfs-io_uring ] || uring_on || die "cannot turn $ENABLE_URING on"
         t0=$SECONDS
         rc=0
-        out="$(cd "$src" && HOST_OPTIONS="$CONF" timeout -k 30 "$timeout_s" ./check "$t" 2>&1)" || rc=$?
+        # In the background, so that a signal reaches the trap at once (it
+        # stops the test) rather than when the test ends.
+        (cd "$src" && HOST_OPTIONS="$CONF" exec timeout -k 30 "$timeout_s" ./check "$t") \
+            >"$results/$target/last.out" 2>&1 &
+        check_pid=$!
+        wait "$check_pid" || rc=$?
+        check_pid=""
+        out="$(cat "$results/$target/last.out")"
         printf '%s\n' "$out" >>"$log"
         why=""
         if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
