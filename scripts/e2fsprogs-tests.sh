@@ -73,13 +73,7 @@ set -euo pipefail
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 cache="${JBDFS_E2FSPROGS_DIR:-/tmp/jbdfs-e2fsprogs}"
-# ../shared beside the checkout, as the project's machines and CI lay it out.
-tarball_name=e2fsprogs/e2fsprogs-tests-a9f482e5.tar.gz
-tarball="${JBDFS_E2FSPROGS_TARBALL:-}"
-if [ -z "$tarball" ]; then
-    tarball="$JBDFS_ROOT/../shared/$tarball_name"
-    [ -f "$tarball" ] || tarball="/work/shared/$tarball_name"
-fi
+tarball="${JBDFS_E2FSPROGS_TARBALL:-$(shared_file e2fsprogs/e2fsprogs-tests-a9f482e5.tar.gz)}"
 suite=""
 fsck=""
 use_e2fsck=0
@@ -110,16 +104,6 @@ done
 case "$jobs" in '' | *[!0-9]* | 0) die "--jobs wants a positive number, not '$jobs'" ;; esac
 case "$min_pass" in '' | *[!0-9]*) die "--min-pass wants a percentage (0-100), not '$min_pass'" ;; esac
 
-# skip_or_fail MESSAGE: a missing prerequisite. With CI set that is a
-# failure; otherwise the whole run is skipped, loudly.
-skip_or_fail() {
-    if [ -n "${CI:-}" ]; then
-        die "$* (CI is set, so this is a failure)"
-    fi
-    printf '\n%s: SKIPPED: %s\n\n' "$(basename "$0")" "$*" >&2
-    exit 0
-}
-
 missing=()
 for tool in e2fsck dumpe2fs gzip gunzip sha256sum timeout od; do
     command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
@@ -135,18 +119,7 @@ unset LANG LANGUAGE FSCK_OPT SECOND_FSCK_OPT ONE_PASS_ONLY IMAGE PREP_CMD AFTER_
 # ---- the suite -------------------------------------------------------------
 if [ -z "$suite" ]; then
     suite="$cache/e2fsprogs-tests/tests"
-    if [ ! -f "$suite/run_e2fsck" ]; then
-        [ -f "$tarball" ] || skip_or_fail "no e2fsprogs test suite: $tarball is missing (or give --suite DIR)"
-        mkdir -p "$cache"
-        unpack="$(mktemp -d "$cache/unpack.XXXXXX")"
-        info "unpacking $tarball into $cache"
-        tar -xzf "$tarball" -C "$unpack"
-        [ -f "$unpack/e2fsprogs-tests/tests/run_e2fsck" ] || die "$tarball has no e2fsprogs-tests/tests/run_e2fsck"
-        if [ ! -e "$cache/e2fsprogs-tests" ]; then
-            mv "$unpack/e2fsprogs-tests" "$cache/e2fsprogs-tests"
-        fi
-        rm -rf "$unpack"
-    fi
+    [ -f "$suite/run_e2fsck" ] || unpack_once "$tarball" e2fsprogs-tests "$cache/e2fsprogs-tests" tests/run_e2fsck
 fi
 suite="$(cd "$suite" && pwd -P)" || die "no suite directory: $suite"
 [ -f "$suite/run_e2fsck" ] || die "$suite is not e2fsprogs' tests/ directory (no run_e2fsck)"

@@ -60,3 +60,40 @@ have_loop() {
     command -v losetup >/dev/null 2>&1 || return 1
     losetup -f >/dev/null 2>&1
 }
+
+# skip_or_fail MESSAGE: a missing prerequisite. With CI set that is a
+# failure; otherwise the whole run is skipped (exit 0), loudly.
+skip_or_fail() {
+    if [ -n "${CI:-}" ]; then
+        die "$* (CI is set, so this is a failure)"
+    fi
+    printf '\n%s: SKIPPED: %s\n\n' "$(basename "$0")" "$*" >&2
+    exit 0
+}
+
+# shared_file NAME: print where the shared file NAME (e.g.
+# fstests/xfstests-63a29724.tar.gz) is: ../shared beside the checkout, as the
+# project's machines and CI lay it out, else /work/shared. It may not exist.
+shared_file() {
+    if [ -f "$JBDFS_ROOT/../shared/$1" ]; then
+        printf '%s\n' "$JBDFS_ROOT/../shared/$1"
+    else
+        printf '%s\n' "/work/shared/$1"
+    fi
+}
+
+# unpack_once TARBALL TOP DEST: unpack TARBALL, whose top directory is TOP,
+# and move TOP to DEST, unless DEST exists already. MARK, a file inside TOP
+# (e.g. tests/run_e2fsck), proves the tarball is the right one.
+unpack_once() {
+    local tarball="$1" top="$2" dest="$3" mark="$4" unpack
+    [ -e "$dest" ] && return 0
+    [ -f "$tarball" ] || skip_or_fail "$tarball is missing"
+    mkdir -p "$(dirname "$dest")"
+    unpack="$(mktemp -d "$(dirname "$dest")/unpack.XXXXXX")"
+    info "unpacking $tarball into $dest"
+    tar -xzf "$tarball" -C "$unpack" || { rm -rf "$unpack"; die "cannot unpack $tarball"; }
+    [ -e "$unpack/$top/$mark" ] || { rm -rf "$unpack"; die "$tarball has no $top/$mark"; }
+    [ -e "$dest" ] || mv "$unpack/$top" "$dest"
+    rm -rf "$unpack"
+}
