@@ -1,6 +1,7 @@
 # shellcheck shell=bash
 # Helpers shared by the benchmark scripts (bench-fsmark.sh, bench-tree.sh,
-# bench-afd.sh, ab.sh). Source it after lib.sh and before lib-mount.sh
+# bench-afd.sh, ab.sh; bench-seqio.sh uses its transport, loop and NBD
+# helpers). Source it after lib.sh and before lib-mount.sh
 # (it tells lib-mount.sh where cargo put the binaries):
 #
 #   . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -291,7 +292,7 @@ bench_cleanup() {
         fi
     done
     bench_loop_detach "${images[@]}"
-    for dir in "${!_NBD_PID[@]}"; do bench_nbd_stop "$dir"; done
+    bench_nbd_stop_all
     # jbdfs's -o stats= files beside images (bench-fsmark.sh), left by an
     # interrupted run.
     if [ "$MNT_KEEP" != 1 ]; then
@@ -357,6 +358,12 @@ bench_nbd_stop() {
     wait "$pid" 2>/dev/null || true
     unset "_NBD_PID[$1]"
     rm -f -- "$1.sock"
+}
+
+# bench_nbd_stop_all: end every nbdkit bench_nbd_serve started (cleanup).
+bench_nbd_stop_all() {
+    local img
+    for img in "${!_NBD_PID[@]}"; do bench_nbd_stop "$img"; done
 }
 
 # bench_image VAR DEVICE MKFS: a fresh ext3 image for DEVICE, made by MKFS

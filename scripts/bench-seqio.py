@@ -3,7 +3,9 @@
 
 The report of its sequential read and bulk write runs, from its TSV of
 results (fs, backing, read|write, mode, round, MB/s; fs is raw, ext3, xfs,
-or jbdfs/TRANSPORT), medians of the rounds, one row per jbdfs transport:
+or jbdfs/TRANSPORT; backing ramdisk, disk or nbd: the ramdisk's image served
+by nbdkit, jbdfs only), medians of the rounds, one row per jbdfs transport;
+with nbd, a column of jbdfs over NBD against jbdfs on the ramdisk's file:
 
     scripts/bench-seqio.py report RESULTS.tsv [--read-mib N] [--write-sizes "7 13 64"] [--rounds R]
 
@@ -33,6 +35,10 @@ import bench_report as benchreport  # noqa: E402
 
 TRANSPORT_ORDER = ["dev_fuse", "io_uring"]
 MODES = ["ordered", "writeback", "journal"]
+# Backings as the tables name them; "nbd" is jbdfs on the ramdisk's image
+# through nbdkit, compared with jbdfs on that file (LOCAL_OF).
+BACKING_LABEL = {"nbd": "ramdisk over NBD"}
+LOCAL_OF = {"nbd": "ramdisk"}
 
 DATA = re.compile(r"\((\d+)(?:-(\d+))?\):(\d+)(?:-(\d+))?")
 # Superblock backup, descriptors, reserved descriptors, bitmaps and an
@@ -88,10 +94,20 @@ def report(argv):
     found = {k[0].split("/", 1)[1] for k in med if k[0].startswith("jbdfs/")}
     trs = sorted(found, key=lambda t: (TRANSPORT_ORDER + [t]).index(t))
     both = "dev_fuse" in trs and "io_uring" in trs
+    nbd = "nbd" in backings
     of = f"median of {args.rounds} rounds" if args.rounds else "median of the rounds"
 
     def fig(v):
         return benchreport.num(v, 1)
+
+    def label(b):
+        return BACKING_LABEL.get(b, b)
+
+    def over_local(v, b, fs, test, mode):
+        """v against the same jbdfs run on the local file, for nbd rows."""
+        if b not in LOCAL_OF:
+            return "–"
+        return benchreport.ratio(v, med.get((fs, LOCAL_OF[b], test, mode)))
 
     print(f"\nSequential read{f', {args.read_mib} MiB' if args.read_mib else ''}, dd bs=4k, "
           f"cold cache (MB/s, {of}):\n")
@@ -99,18 +115,22 @@ def report(argv):
             "multi/single", "multi/raw", "multi/ext3", "multi/XFS"]
     if both:
         head.append("multi io_uring/dev_fuse")
+    if nbd:
+        head.append("multi NBD/local")
     rows = []
     for b in backings:
         raw, ext3, xfs = (med.get((r, b, "read", "-")) for r in ("raw", "ext3", "xfs"))
         for t in trs:
             multi = med.get((f"jbdfs/{t}", b, "read", "multi"))
             single = med.get((f"jbdfs/{t}", b, "read", "single"))
-            row = [b, f"jbdfs/{t}", fig(multi), fig(single), fig(raw), fig(ext3), fig(xfs),
+            row = [label(b), f"jbdfs/{t}", fig(multi), fig(single), fig(raw), fig(ext3), fig(xfs),
                    benchreport.ratio(multi, single), benchreport.ratio(multi, raw),
                    benchreport.ratio(multi, ext3), benchreport.ratio(multi, xfs)]
             if both:
                 row.append(benchreport.ratio(multi, med.get(("jbdfs/dev_fuse", b, "read", "multi")))
                            if t == "io_uring" else "–")
+            if nbd:
+                row.append(over_local(multi, b, f"jbdfs/{t}", "read", "multi"))
             rows.append(row)
     benchreport.table(head, rows)
 
@@ -121,6 +141,8 @@ def report(argv):
             "jbdfs/raw", "jbdfs/ext3", "jbdfs/XFS"]
     if both:
         head.append("io_uring/dev_fuse")
+    if nbd:
+        head.append("NBD/local")
     rows = []
     for b in backings:
         raw, xfs = med.get(("raw", b, "write", "-")), med.get(("xfs", b, "write", "-"))
@@ -130,12 +152,14 @@ def report(argv):
                 mine = med.get((f"jbdfs/{t}", b, "write", m))
                 if mine is None and ext3 is None:
                     continue
-                row = [b, m, f"jbdfs/{t}", fig(mine), fig(ext3), fig(xfs), fig(raw),
+                row = [label(b), m, f"jbdfs/{t}", fig(mine), fig(ext3), fig(xfs), fig(raw),
                        benchreport.ratio(mine, raw), benchreport.ratio(mine, ext3),
                        benchreport.ratio(mine, xfs)]
                 if both:
                     row.append(benchreport.ratio(mine, med.get(("jbdfs/dev_fuse", b, "write", m)))
                                if t == "io_uring" else "–")
+                if nbd:
+                    row.append(over_local(mine, b, f"jbdfs/{t}", "write", m))
                 rows.append(row)
     benchreport.table(head, rows)
 

@@ -14,10 +14,11 @@
 #
 # Each round measures every filesystem in turn (reads: raw, jbdfs on each
 # transport with multiblock and max_map=1, ext3, XFS; writes: raw, XFS, then
-# for each data mode jbdfs on each transport and ext3); the tables give the
-# median of the rounds (3; 1 with --quick), with ratios.
+# for each data mode jbdfs on each transport and ext3; with nbd, each jbdfs
+# run on the ramdisk's file is followed by the same run over NBD); the tables
+# give the median of the rounds (3; 1 with --quick), with ratios.
 #
-#   scripts/bench-seqio.sh [--quick] [--only ramdisk|disk] [--rounds R]
+#   scripts/bench-seqio.sh [--quick] [--only "ramdisk disk nbd"] [--rounds R]
 #       [--transport dev_fuse|io_uring|both] [--out FILE]
 #   scripts/bench-seqio.sh --layout [--quick]
 #
@@ -25,7 +26,8 @@
 # enable_uring is turned on for the run and put back), or both (rows
 # jbdfs/dev_fuse and jbdfs/io_uring); default both when enable_uring can be
 # turned on, else dev_fuse. --out keeps the raw results (TSV: fs, backing,
-# read|write, mode, round, MB/s; fs is raw, ext3, xfs or jbdfs/TRANSPORT).
+# read|write, mode, round, MB/s; fs is raw, ext3, xfs or jbdfs/TRANSPORT;
+# backing is ramdisk, disk or nbd).
 #
 # --layout: the layout check instead (always on /dev/fuse). A 4 GiB file
 # written sequentially with dd, then 2 writers of 2 GiB and 4 writers of
@@ -38,6 +40,15 @@
 # Markdown tables of MB/s and ratios, and the daemon's peak memory (VmHWM)
 # against cache_size. Needs root (FUSE, loop mounts, drop_caches), and
 # mkfs.xfs (scripts/deps.sh installs xfsprogs).
+#
+# --only LIST: the backings measured, among ramdisk, disk and nbd (default
+# "ramdisk disk"). nbd adds jbdfs rows to the ramdisk's pass: the same
+# ramdisk image served by nbdkit's file plugin on a Unix socket and mounted
+# through jbdfs's NBD client (bench_nbd_serve in scripts/bench-lib.sh),
+# measured in the same rounds as jbdfs on the local file (backing "nbd" in
+# the TSV and tables, with its ratio to jbdfs on the local file; raw, ext3
+# and XFS are measured on the local file only). nbd implies ramdisk and
+# needs nbdkit.
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -60,7 +71,7 @@ while [ $# -gt 0 ]; do
         --rounds) rounds="$2"; shift ;;
         --transport) transport="$2"; shift ;;
         --out) out="$2"; shift ;;
-        -h | --help) sed -n '2,40p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d'; exit 0 ;;
         *) die "unknown argument: $1" ;;
     esac
     shift
@@ -69,10 +80,22 @@ need_root "bench-seqio.sh"
 have_loop || die "loop devices are needed for the Linux ext3 and XFS references"
 [ "$layout" = 1 ] || command -v mkfs.xfs >/dev/null \
     || die "mkfs.xfs is missing (scripts/deps.sh installs xfsprogs)"
-case "$only" in
-    "" | ramdisk | disk) ;;
-    *) die "--only takes ramdisk or disk, not $only" ;;
-esac
+nbd=0
+for b in ${only:-ramdisk disk}; do
+    case "$b" in
+        ramdisk | disk) ;;
+        nbd) nbd=1 ;;
+        *) die "--only takes ramdisk, disk or nbd, not $b" ;;
+    esac
+done
+if [ "$nbd" = 1 ]; then
+    [ "$layout" = 1 ] && die "--layout runs on a local disk image only: drop nbd from --only"
+    command -v nbdkit >/dev/null || die "the nbd backing needs nbdkit (scripts/deps.sh installs it)"
+    case " $only " in
+        *" ramdisk "*) ;;
+        *) only="ramdisk $only"; info "nbd is measured beside jbdfs on the local ramdisk image: --only \"$only\"" ;;
+    esac
+fi
 
 if [ "$quick" = 1 ]; then
     rounds="${rounds:-1}"
@@ -92,6 +115,7 @@ bin="$JBDFS_BIN_DIR"
 work_dirs=()
 mnt=""
 daemon_pid=""
+served=""   # the image nbdkit is serving for the mount up, if any
 cleanup() {
     local i
     # A daemon interrupted while starting: let it mount (or fail) first, so
@@ -120,6 +144,7 @@ cleanup() {
         fi
         wait "$daemon_pid" 2>/dev/null || true
     fi
+    bench_nbd_stop_all
     bench_loop_detach "${work_dirs[@]}"
     for d in "${work_dirs[@]}"; do rm -rf "$d"; done
     bench_transport_restore
@@ -148,15 +173,20 @@ dd_mbs() {
 }
 
 peak_kib=0
-# jbdfs_up IMAGE OPTS [TRANSPORT]: serves IMAGE on $mnt in the foreground (so
-# that its memory can be read) on TRANSPORT (dev_fuse, the default, or
-# io_uring), waiting until the mount is live.
+# jbdfs_up IMAGE OPTS [TRANSPORT] [VIA]: serves IMAGE on $mnt in the
+# foreground (so that its memory can be read) on TRANSPORT (dev_fuse, the
+# default, or io_uring), waiting until the mount is live. VIA nbd: IMAGE
+# through nbdkit and jbdfs's NBD client (jbdfs_down stops nbdkit).
 jbdfs_up() {
-    local opts="cache_size=$cache_size" tr="${3:-dev_fuse}" from i
+    local opts="cache_size=$cache_size" tr="${3:-dev_fuse}" src="$1" from i
     [ -n "$2" ] && opts="$opts,$2"
     opts="$opts,$(bench_transport_opts "$tr")"
+    if [ "${4:-}" = nbd ]; then
+        bench_nbd_serve src nbd "$1" "$work/nbdkit.log"
+        served="$1"
+    fi
     from="$(bench_file_size "$work/jbdfs.log")"
-    "$bin/jbdfs" -f "$1" "$mnt" -o "$opts" >>"$work/jbdfs.log" 2>&1 &
+    "$bin/jbdfs" -f "$src" "$mnt" -o "$opts" >>"$work/jbdfs.log" 2>&1 &
     daemon_pid=$!
     for i in $(seq 100); do
         mountpoint -q "$mnt" && break
@@ -165,9 +195,9 @@ jbdfs_up() {
     done
     if ! mountpoint -q "$mnt"; then
         tail -n 20 "$work/jbdfs.log" >&2
-        die "jbdfs did not mount $1 with -o $opts"
+        die "jbdfs did not mount $src with -o $opts"
     fi
-    [ "$tr" = io_uring ] && bench_check_uring "jbdfs/io_uring ($1)" "$daemon_pid" "$work/jbdfs.log" "$from"
+    [ "$tr" = io_uring ] && bench_check_uring "jbdfs/io_uring ($src)" "$daemon_pid" "$work/jbdfs.log" "$from"
     return 0
 }
 
@@ -178,6 +208,10 @@ jbdfs_down() {
     umount "$mnt"
     wait "$daemon_pid"
     daemon_pid=""
+    if [ -n "$served" ]; then
+        bench_nbd_stop "$served"
+        served=""
+    fi
 }
 
 ext3_up() {
@@ -222,6 +256,12 @@ record() {
     info "$2 $3 $1${4:+ $4} round $5: $6 MB/s"
 }
 
+# via_backing NAME VIA: the backing recorded for jbdfs on NAME's image
+# reached through VIA: NAME for the local file, nbd over NBD.
+via_backing() {
+    if [ "$2" = nbd ]; then printf 'nbd\n'; else printf '%s\n' "$1"; fi
+}
+
 bench_backing() {
     local name="$1" dir="$2"
     work="$(mktemp -d "$dir/jbdfs-seqio.XXXXXX")"
@@ -229,9 +269,14 @@ bench_backing() {
     mnt="$work/mnt"
     mkdir -p "$mnt"
     local jimg="$work/jbdfs.img" eimg="$work/ext3.img" ximg="$work/xfs.img" raw="$work/raw.bin"
-    local mode tr first="${BENCH_TRANSPORTS%% *}"
+    local mode tr via first="${BENCH_TRANSPORTS%% *}" vias=(local) over=""
+    # jbdfs over NBD: the ramdisk's image, in the same rounds.
+    if [ "$name" = ramdisk ] && [ "$nbd" = 1 ]; then
+        vias+=(nbd)
+        over="; jbdfs also over NBD, through nbdkit"
+    fi
 
-    section "$name: sequential read of $read_mib MiB ($dir), median of $rounds rounds"
+    section "$name: sequential read of $read_mib MiB ($dir$over), median of $rounds rounds"
     dd if=/dev/zero of="$raw" bs=1M count="$read_mib" conv=fsync status=none
     new_jbdfs_image "$jimg"
     jbdfs_up "$jimg" "" "$first"
@@ -246,7 +291,9 @@ bench_backing() {
     dd if=/dev/zero of="$mnt/big" bs=1M count="$read_mib" conv=fsync status=none
     umount "$mnt"
     local round kind kinds=(raw)
-    for tr in $BENCH_TRANSPORTS; do kinds+=("jbdfs/$tr:multi" "jbdfs/$tr:single"); done
+    for tr in $BENCH_TRANSPORTS; do
+        for via in "${vias[@]}"; do kinds+=("jbdfs/$tr:multi:$via" "jbdfs/$tr:single:$via"); done
+    done
     kinds+=(ext3 xfs)
     for round in $(seq "$rounds"); do
         for kind in "${kinds[@]}"; do
@@ -255,13 +302,12 @@ bench_backing() {
                     drop_caches
                     record raw "$name" read - "$round" "$(dd_mbs if="$raw" of=/dev/null bs=4k)" ;;
                 jbdfs/*)
-                    local opt=""
-                    tr="${kind#jbdfs/}"
-                    tr="${tr%:*}"
-                    [ "${kind#*:}" = single ] && opt="max_map=1"
-                    jbdfs_up "$jimg" "$opt" "$tr"
+                    local opt="" map
+                    IFS=: read -r tr map via <<<"${kind#jbdfs/}"
+                    [ "$map" = single ] && opt="max_map=1"
+                    jbdfs_up "$jimg" "$opt" "$tr" "$via"
                     drop_caches
-                    record "jbdfs/$tr" "$name" read "${kind#*:}" "$round" \
+                    record "jbdfs/$tr" "$(via_backing "$name" "$via")" read "$map" "$round" \
                         "$(dd_mbs if="$mnt/big" of=/dev/null bs=4k)"
                     jbdfs_down ;;
                 ext3 | xfs)
@@ -287,13 +333,16 @@ bench_backing() {
         rm -f "$ximg"
         for mode in ordered writeback journal; do
             for tr in $BENCH_TRANSPORTS; do
-                new_jbdfs_image "$jimg"
-                jbdfs_up "$jimg" "data=$mode" "$tr"
-                record "jbdfs/$tr" "$name" write "$mode" "$round" "$(write_files "$mnt")"
-                jbdfs_down
-                e2fsck -fn "$jimg" >/dev/null 2>&1 \
-                    || die "e2fsck -fn found problems after data=$mode writes on jbdfs/$tr"
-                rm -f "$jimg"
+                for via in "${vias[@]}"; do
+                    new_jbdfs_image "$jimg"
+                    jbdfs_up "$jimg" "data=$mode" "$tr" "$via"
+                    record "jbdfs/$tr" "$(via_backing "$name" "$via")" write "$mode" "$round" \
+                        "$(write_files "$mnt")"
+                    jbdfs_down
+                    e2fsck -fn "$jimg" >/dev/null 2>&1 \
+                        || die "e2fsck -fn found problems after data=$mode writes on jbdfs/$tr ($via)"
+                    rm -f "$jimg"
+                done
             done
             new_ext3_image "$eimg"
             ext3_up "$eimg" "data=$mode"
@@ -376,8 +425,8 @@ info "raw results: $results"
 bench_header "sequential I/O: bulk write with fsync, cold sequential read (bench-seqio.sh)"
 
 backings=()
-[ "$only" != disk ] && backings+=("ramdisk:/dev/shm")
-[ "$only" != ramdisk ] && backings+=("disk:${JBDFS_DISK_DIR:-/var/tmp}")
+case " ${only:-ramdisk disk} " in *" ramdisk "*) backings+=("ramdisk:/dev/shm") ;; esac
+case " ${only:-ramdisk disk} " in *" disk "*) backings+=("disk:${JBDFS_DISK_DIR:-/var/tmp}") ;; esac
 for b in "${backings[@]}"; do
     bench_backing "${b%%:*}" "${b#*:}"
 done
