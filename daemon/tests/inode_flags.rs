@@ -572,3 +572,31 @@ fn linux_and_jbdfs_honour_each_others_flags() {
     unmount(d);
     e2fsck_clean(&img, "after jbdfs honoured Linux's flags");
 }
+
+/// chattr moves ctime, as ext3's ioctl does, and stat shows it at once
+/// for a directory: the kernel is told its cached attributes are stale.
+/// (A regular file's ctime is the kernel's own under FUSE's writeback
+/// cache, which never takes it from the daemon: fstests generic/277.)
+#[test]
+fn chattr_moves_the_ctime_stat_shows() {
+    skip_unless_runnable!();
+    let img = fresh_image("flags-ctime");
+    let (d, dir) = mount(&img, "");
+    let sub = dir.path.join("sub");
+    std::fs::create_dir(&sub).unwrap();
+    let ctime = |p: &Path| {
+        use std::os::unix::fs::MetadataExt;
+        let m = std::fs::metadata(p).unwrap();
+        (m.ctime(), m.ctime_nsec())
+    };
+    let before = ctime(&sub);
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    chattr("+d", &sub).expect_ok();
+    let after = ctime(&sub);
+    assert!(
+        after > before,
+        "ctime {before:?} -> {after:?} after chattr +d"
+    );
+    unmount(d);
+    e2fsck_clean(&img, "after chattr +d");
+}

@@ -522,6 +522,18 @@ impl JbdFuse {
         })
     }
 
+    /// An ioctl's empty answer, once the kernel is told that its copy of
+    /// the attributes is stale.
+    fn ctime_moved(&self, ino: NodeId) -> Answer {
+        if let Some(k) = self.kernel.get() {
+            k.attributes_changed(ino);
+        }
+        Answer::Ioctl {
+            result: 0,
+            data: Vec::new(),
+        }
+    }
+
     /// IOCTL: ext3's flag and version ioctls (chattr, lsattr), the
     /// fsxattr pair, ext4's forced shutdown, the label pair and FITRIM;
     /// any other command is ENOTTY, what a file without the ioctl
@@ -547,19 +559,21 @@ impl JbdFuse {
             FsIoctl::GetFlags => self.done(fs.get_flags(ext), |f| out(ioctl::int_out(f))),
             FsIoctl::GetVersion => self.done(fs.get_version(ext), |g| out(ioctl::int_out(g))),
             FsIoctl::FsGetXattr => self.done(fs.get_flags(ext), |f| out(ioctl::fsxattr_out(f))),
+            // Each change moves ctime, which the kernel's copy of the
+            // attributes must then forget (stat after chattr: generic/277).
             FsIoctl::SetFlags(flags) => {
                 let res = fs.set_flags(ext, flags, &caps::flags_caller(ctx));
-                self.done(res, |()| out(Vec::new()))
+                self.done(res, |()| self.ctime_moved(ino))
             }
             FsIoctl::SetVersion(generation) => {
                 let res = fs.set_version(ext, generation, &caps::flags_caller(ctx));
-                self.done(res, |()| out(Vec::new()))
+                self.done(res, |()| self.ctime_moved(ino))
             }
             FsIoctl::FsSetXattr(x) => {
                 let current = fs.get_flags(ext).map_err(|e| self.fail(&e))?;
                 let flags = ioctl::flags_from_fsxattr(current, &x).map_err(Errno::from_i32)?;
                 let res = fs.set_flags(ext, flags, &caps::flags_caller(ctx));
-                self.done(res, |()| out(Vec::new()))
+                self.done(res, |()| self.ctime_moved(ino))
             }
             FsIoctl::Shutdown(flags) => {
                 if !caps::sys_admin(ctx) {
