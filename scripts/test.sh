@@ -117,13 +117,8 @@ step scripts/crash-campaign --quick --damage journal-inode
 step scripts/e2fsprogs-tests.sh --min-pass 95 --strict \
     --known-failures f_extents
 step scripts/fstests.sh --quick-sample --transport both --timeout 300 \
-    --known-failures 'generic/213=fallocate ENOSPC: no retry after a commit frees blocks (issue 21)' \
     --known-failures 'generic/277=a regular file ctime after chattr: under FUSE writeback cache the kernel keeps regular files c/mtime itself and never takes them from the daemon' \
-    --known-failures 'generic/294=remount refuses the transport and stats= options it was mounted with, repeated by fstests (jbdfs bug)' \
-    --known-failures 'generic/306=remount refuses the transport and stats= options it was mounted with, repeated by fstests (jbdfs bug)' \
-    --known-failures 'generic/452=remount refuses the transport and stats= options it was mounted with, repeated by fstests (jbdfs bug)' \
-    --known-failures 'generic/424=statx attributes (immutable, append, nodump) not reported over FUSE (issue 21)' \
-    --known-failures 'generic/426=open_by_handle: ESTALE, no FUSE_EXPORT_SUPPORT (issue 21)'
+    --known-failures 'generic/424=statx attributes (immutable, append, nodump) not reported over FUSE (issue 21)'
 step scripts/fsx.sh --stress --quick --transport dev_fuse
 
 section "all steps passed"
