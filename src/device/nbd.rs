@@ -1015,6 +1015,53 @@ impl BlockDevice for NbdDevice {
     fn size(&self) -> u64 {
         self.info.size
     }
+
+    /// NBD_CMD_TRIM, where the server offers it (SEND_TRIM): FITRIM's free
+    /// runs become the server's to drop. Only what is inside whole minimum
+    /// blocks is sent, and a lost connection sends it again (a trim, like a
+    /// write, may be repeated). A trimmed range reads back as anything, as
+    /// on a disk; the filesystem trims only blocks it no longer uses.
+    fn discard(&self, offset: u64, len: u64) -> io::Result<()> {
+        if !self.info.can_trim() {
+            return Err(io::Error::from(io::ErrorKind::Unsupported));
+        }
+        if self.info.read_only() {
+            return Err(io::Error::from_raw_os_error(libc::EROFS));
+        }
+        let end = offset
+            .checked_add(len)
+            .filter(|&e| e <= self.info.size)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let min = u64::from(self.info.min_block.max(1));
+        let (mut at, end) = (offset.div_ceil(min) * min, end / min * min);
+        // The length field is 32 bits: whole minimum blocks below 4 GiB.
+        let most = (u64::from(u32::MAX) / min) * min;
+        while at < end {
+            let n = (end - at).min(most);
+            self.trim_once(at, n as u32)?;
+            at += n;
+        }
+        Ok(())
+    }
+}
+
+impl NbdDevice {
+    fn trim_once(&self, offset: u64, len: u32) -> io::Result<()> {
+        loop {
+            let conn = self.conn()?;
+            let slot = conn
+                .pick()
+                .submit(self.cookie(), proto::CMD_TRIM, offset, len, None);
+            match slot.wait() {
+                Outcome::Done(_) => {
+                    self.recovered();
+                    return Ok(());
+                }
+                Outcome::Failed(e) => return Err(io::Error::from_raw_os_error(proto::errno(e))),
+                Outcome::Lost => continue,
+            }
+        }
+    }
 }
 
 impl Drop for NbdDevice {

@@ -52,6 +52,7 @@ pub const CMD_READ: u16 = 0;
 pub const CMD_WRITE: u16 = 1;
 pub const CMD_DISC: u16 = 2;
 pub const CMD_FLUSH: u16 = 3;
+pub const CMD_TRIM: u16 = 4;
 
 /// The payload limit a client keeps to when the server names none (and the
 /// most we ever put in one request, whatever it names): 32 MiB.

@@ -240,6 +240,7 @@ fn serve(mut s: UnixStream, disk: Arc<Mutex<Disk>>, how: Arc<Mutex<Behaviour>>) 
                 CMD_READ => reply.extend_from_slice(&d.cache[off..off + len]),
                 CMD_WRITE => d.cache[off..off + len].copy_from_slice(&data),
                 CMD_FLUSH => d.durable = d.cache.clone(),
+                CMD_TRIM => d.cache[off..off + len].fill(0xee),
                 CMD_DISC => return,
                 _ => {}
             }
@@ -572,4 +573,38 @@ fn several_connections_when_the_server_allows_them() {
     cfg.connections = 3;
     let _d = NbdDevice::connect(cfg).unwrap();
     assert_eq!(fake.connections.load(Ordering::SeqCst), 1);
+}
+
+#[test]
+fn trim_sends_whole_minimum_blocks_and_only_where_offered() {
+    let fake = Fake::start(Behaviour {
+        flags: TFLAG_SEND_FLUSH | TFLAG_SEND_TRIM,
+        sizes: Some((512, 4096, 65536)),
+        ..Default::default()
+    });
+    let d = fake.connect();
+    d.write_at(&[7; 4096], 0).unwrap();
+    // 100..3000 covers blocks 1-4 of 512 bytes whole; the edges stay.
+    d.discard(100, 2900).unwrap();
+    let cache = fake.disk.lock().cache[..4096].to_vec();
+    assert!(
+        cache[..512].iter().all(|&x| x == 7),
+        "the partial first block kept"
+    );
+    assert!(
+        cache[512..2560].iter().all(|&x| x == 0xee),
+        "whole blocks trimmed"
+    );
+    assert!(
+        cache[2560..].iter().all(|&x| x == 7),
+        "the partial last block kept"
+    );
+    assert!(d.discard(SIZE as u64 - 512, 1024).is_err(), "past the end");
+
+    let plain = Fake::start(Behaviour {
+        flags: TFLAG_SEND_FLUSH,
+        ..Default::default()
+    });
+    let e = plain.connect().discard(0, 4096).unwrap_err();
+    assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
 }
