@@ -98,6 +98,9 @@ pub fn open_recorded(
 /// [`open_recorded`], with a handle on the backing store that tells when
 /// everything holding it (and so its lock) has let go.
 fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
+    if cfg.read_only {
+        recover_for_read_only(cfg)?;
+    }
     let opts = OpenOptions {
         read_only: cfg.read_only,
         direct: cfg.direct_io,
@@ -164,6 +167,43 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
         }
     })?;
     Ok((fs, recorder, backing))
+}
+
+/// Linux replays a journal that needs recovery on a read-only mount too,
+/// when the device can be written (ext3_load_journal), so that the mount
+/// shows the recovered state and not the one before the crash. Done here
+/// the same way: a read-write mount and unmount of the image (which frees
+/// the orphan list as well, as ext3's read-only mount does) before the
+/// read-only open. An image that cannot be written is mounted as it is,
+/// with the filesystem's warning.
+fn recover_for_read_only(cfg: &DaemonConfig) -> anyhow::Result<()> {
+    let Ok(Source::Path(path)) = Source::parse(cfg.source.as_os_str()) else {
+        return Ok(());
+    };
+    let look = OpenOptions {
+        read_only: true,
+        ..Default::default()
+    };
+    let needs = FileDevice::open(&path, look)
+        .ok()
+        .and_then(|dev| jbdfs::fs::mount::read_superblock(&dev).ok())
+        .is_some_and(|sb| sb.has_incompat(jbdfs::format::superblock::feature::INCOMPAT_RECOVER));
+    if !needs {
+        return Ok(());
+    }
+    let rw = OpenOptions {
+        exclusive: true,
+        ..Default::default()
+    };
+    let Ok(dev) = FileDevice::open(&path, rw) else {
+        return Ok(());
+    };
+    tracing::info!("replaying the journal before the read-only mount, as Linux does");
+    let fs = Filesystem::mount(Arc::new(dev), &MountConfig::default())
+        .map_err(|e| anyhow::anyhow!("{}: journal recovery: {e}", cfg.source.display()))?;
+    fs.unmount()
+        .map_err(|e| anyhow::anyhow!("{}: journal recovery: {e}", cfg.source.display()))?;
+    Ok(())
 }
 
 type Mounted = (

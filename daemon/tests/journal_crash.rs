@@ -242,6 +242,70 @@ fn kill_9_of_the_daemon_loses_nothing_fsynced() {
     assert_e2fsck_clean(&img.path, "the image after kill -9 and recovery");
 }
 
+/// After a crash, a read-only mount shows the recovered state, as Linux's
+/// does when the image can be written: the journal is replayed (and the
+/// orphans freed) first, so what was fsync'd is there and the image is
+/// clean afterwards (fstests generic/417, 646).
+#[test]
+fn a_read_only_mount_after_a_crash_replays_the_journal() {
+    if !is_root() || !Path::new("/dev/fuse").exists() {
+        eprintln!("skipping: needs root and /dev/fuse");
+        return;
+    }
+    let img = jbdfs_image(4096);
+    let dir = TempDir::new("ro-replay");
+    let _unmount = daemon_common::UnmountOnDrop(dir.path.clone());
+    let transport = daemon_common::transport();
+    let _turn = transport.turn();
+    let spawn = |extra: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_jbdfs"))
+            .arg("-f")
+            .arg(&img.path)
+            .arg(&dir.path)
+            .args(["-o", &format!("{}{extra}", transport.option())])
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let wait_mounted = || {
+        let canon = std::fs::canonicalize(&dir.path).unwrap();
+        for _ in 0..500 {
+            if jbdfs_daemon::daemon::is_mounted(&canon) {
+                return;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        panic!("mount did not come up");
+    };
+    let mut child = spawn("");
+    wait_mounted();
+    for i in 0..10 {
+        use std::io::Write;
+        let mut f = std::fs::File::create(dir.path.join(format!("f{i}"))).unwrap();
+        f.write_all(&data(i)).unwrap();
+        f.sync_all().unwrap();
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    run("umount", ["-l", dir.path.to_str().unwrap()]);
+    assert!(dumpe2fs_header(&img.path)
+        .features()
+        .contains("needs_recovery"));
+
+    let mut child = spawn(",ro");
+    wait_mounted();
+    for i in 0..10 {
+        assert_eq!(
+            std::fs::read(dir.path.join(format!("f{i}"))).unwrap(),
+            data(i),
+            "fsync'd f{i} on the read-only mount"
+        );
+    }
+    daemon_common::umount_retrying(&dir.path);
+    let _ = child.wait();
+    assert_e2fsck_clean(&img.path, "the image after a read-only mount that replayed");
+}
+
 #[test]
 fn data_journal_logs_file_data_and_survives_a_crash() {
     for bs in [1024, 4096, 65536] {
