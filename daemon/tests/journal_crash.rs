@@ -178,6 +178,30 @@ fn jbdfs_replays_its_own_journal_at_mount() {
     }
 }
 
+/// The daemon in the foreground on `dir`, its stderr discarded.
+fn spawn_daemon(image: &Path, dir: &Path, opts: &str) -> std::process::Child {
+    std::process::Command::new(env!("CARGO_BIN_EXE_jbdfs"))
+        .arg("-f")
+        .arg(image)
+        .arg(dir)
+        .args(["-o", opts])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits up to 5 s for the mount on `dir`.
+fn wait_mounted(dir: &Path) {
+    let canon = std::fs::canonicalize(dir).unwrap();
+    for _ in 0..500 {
+        if jbdfs_daemon::daemon::is_mounted(&canon) {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("mount did not come up");
+}
+
 #[test]
 fn kill_9_of_the_daemon_loses_nothing_fsynced() {
     if !is_root() || !Path::new("/dev/fuse").exists() {
@@ -189,26 +213,8 @@ fn kill_9_of_the_daemon_loses_nothing_fsynced() {
     let _unmount = daemon_common::UnmountOnDrop(dir.path.clone());
     let transport = daemon_common::transport();
     let _turn = transport.turn();
-    let spawn = || {
-        std::process::Command::new(env!("CARGO_BIN_EXE_jbdfs"))
-            .arg("-f")
-            .arg(&img.path)
-            .arg(&dir.path)
-            .args(["-o", transport.option()])
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap()
-    };
-    let wait_mounted = || {
-        let canon = std::fs::canonicalize(&dir.path).unwrap();
-        for _ in 0..500 {
-            if jbdfs_daemon::daemon::is_mounted(&canon) {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        panic!("mount did not come up");
-    };
+    let spawn = || spawn_daemon(&img.path, &dir.path, transport.option());
+    let wait_mounted = || wait_mounted(&dir.path);
     let mut child = spawn();
     wait_mounted();
     for i in 0..30 {
@@ -258,25 +264,13 @@ fn a_read_only_mount_after_a_crash_replays_the_journal() {
     let transport = daemon_common::transport();
     let _turn = transport.turn();
     let spawn = |extra: &str| {
-        std::process::Command::new(env!("CARGO_BIN_EXE_jbdfs"))
-            .arg("-f")
-            .arg(&img.path)
-            .arg(&dir.path)
-            .args(["-o", &format!("{}{extra}", transport.option())])
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .unwrap()
+        spawn_daemon(
+            &img.path,
+            &dir.path,
+            &format!("{}{extra}", transport.option()),
+        )
     };
-    let wait_mounted = || {
-        let canon = std::fs::canonicalize(&dir.path).unwrap();
-        for _ in 0..500 {
-            if jbdfs_daemon::daemon::is_mounted(&canon) {
-                return;
-            }
-            std::thread::sleep(std::time::Duration::from_millis(10));
-        }
-        panic!("mount did not come up");
-    };
+    let wait_mounted = || wait_mounted(&dir.path);
     let mut child = spawn("");
     wait_mounted();
     for i in 0..10 {
