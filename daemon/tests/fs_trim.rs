@@ -70,6 +70,34 @@ fn write_files(m: &Path, prefix: &str, n: u32, len: usize) {
     }
 }
 
+/// Free blocks the mount reports (statfs counts blocks freed by a running
+/// transaction).
+fn free_blocks(m: &Path) -> u64 {
+    let out = run("stat", ["-f", "-c", "%f", m.to_str().unwrap()]).expect_ok();
+    out.stdout.trim().parse().unwrap()
+}
+
+/// Deletes `prefix{0..n}` and commits the deletion. The blocks of an
+/// unlinked file are freed when the kernel forgets its inode, and FORGET
+/// is asynchronous (over io_uring it comes through /dev/fuse, beside the
+/// ring), so this waits until statfs shows `bytes` more free before the
+/// fsync that commits them.
+fn delete_and_commit(m: &Path, prefix: &str, n: u32, bytes: u64, keep: &str) {
+    let free_before = free_blocks(m);
+    for i in 0..n {
+        std::fs::remove_file(m.join(format!("{prefix}{i}"))).unwrap();
+    }
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while free_blocks(m).saturating_sub(free_before) * 4096 < bytes {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the blocks of {prefix}* were not freed within 20 s of the unlinks"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    File::open(m.join(keep)).unwrap().sync_all().unwrap();
+}
+
 fn tool(name: &str) -> bool {
     run("sh", ["-c", &format!("command -v {name}")]).success()
 }
@@ -86,12 +114,9 @@ fn fitrim_gives_free_blocks_back_to_the_image_file() {
     const MIB: usize = 1 << 20;
     write_files(m, "keep", 2, MIB);
     write_files(m, "gone", 4, 8 * MIB);
-    for i in 0..4 {
-        std::fs::remove_file(m.join(format!("gone{i}"))).unwrap();
-    }
     // Commit the deletions: blocks freed by an uncommitted transaction are
     // not trimmed.
-    File::open(m.join("keep0")).unwrap().sync_all().unwrap();
+    delete_and_commit(m, "gone", 4, 32 * MIB as u64, "keep0");
     let before = allocated(&img.path);
 
     let root = File::open(m).unwrap();
@@ -126,10 +151,7 @@ fn fitrim_gives_free_blocks_back_to_the_image_file() {
 
     // fstrim(8), privileged and not.
     write_files(m, "again", 2, 4 * MIB);
-    for i in 0..2 {
-        std::fs::remove_file(m.join(format!("again{i}"))).unwrap();
-    }
-    File::open(m.join("keep1")).unwrap().sync_all().unwrap();
+    delete_and_commit(m, "again", 2, 8 * MIB as u64, "keep1");
     if tool("fstrim") && tool("setpriv") {
         let mp = m.to_str().unwrap();
         let refused = run(
