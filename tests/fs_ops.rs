@@ -428,6 +428,75 @@ fn remount_read_only_leaves_a_clean_image_and_read_write_resumes() {
     fs.unmount().unwrap();
 }
 
+/// A mount made read-only writes nothing (the image's bytes do not
+/// change, the journal is not loaded), and `remount,rw` makes it a
+/// read-write mount like any other (as ext3_remount from a read-only
+/// mount): the journal is loaded then, and the unmounted image is clean.
+/// On a device that cannot be written it stays read-only.
+#[test]
+fn a_read_only_mount_goes_read_write_at_a_remount() {
+    let img = image(32 << 20, 1024);
+    let fs = mount(&img);
+    let (f, _) = fs.mknod(ROOT, b"file", 0o100644, 0, ME).unwrap();
+    fs.write(f, 0, b"before", true).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    let bytes = std::fs::read(&img.0).unwrap();
+
+    let ro = MountConfig {
+        read_only: true,
+        ..Default::default()
+    };
+    let dev = FileDevice::open(&img.0, OpenOptions::default()).unwrap();
+    let fs = Filesystem::mount(Arc::new(dev), &ro).unwrap();
+    assert!(fs.is_read_only());
+    assert!(
+        !fs.journal().is_logging(),
+        "a read-only mount loads no journal"
+    );
+    assert!(matches!(fs.write(f, 0, b"x", true), Err(FsError::ReadOnly)));
+    assert_eq!(fs.read(f, 0, 6).unwrap(), b"before");
+    fs.sync().unwrap();
+    assert!(
+        std::fs::read(&img.0).unwrap() == bytes,
+        "a read-only mount wrote"
+    );
+
+    fs.remount(false).unwrap();
+    assert!(!fs.is_read_only());
+    assert!(fs.journal().is_logging());
+    fs.write(f, 0, b"after!", true).unwrap();
+    fs.mknod(ROOT, b"new", 0o100644, 0, ME).unwrap();
+    fs.remount(true).unwrap();
+    e2fsck_clean(&img);
+    fs.remount(false).unwrap();
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    let fs = mount(&img);
+    assert_eq!(fs.read(f, 0, 6).unwrap(), b"after!");
+    assert!(fs.lookup(ROOT, b"new").is_ok());
+    fs.unmount().unwrap();
+    drop(fs);
+
+    let dev = FileDevice::open(
+        &img.0,
+        OpenOptions {
+            read_only: true,
+            ..Default::default()
+        },
+    )
+    .unwrap();
+    let for_good = MountConfig {
+        read_only_device: true,
+        ..ro
+    };
+    let fs = Filesystem::mount(Arc::new(dev), &for_good).unwrap();
+    assert!(matches!(fs.remount(false), Err(FsError::ReadOnly)));
+    assert!(fs.is_read_only());
+    assert_eq!(fs.read(f, 0, 6).unwrap(), b"after!");
+}
+
 /// dir_nlink (ext4's, which e2fsck sets for a directory past 65,000
 /// subdirectories) is mounted read-write: it only changes how such a
 /// directory is counted, and jbdfs counts as ext4 does.

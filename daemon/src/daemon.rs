@@ -15,6 +15,7 @@ use fuser::{Config, MountOption, SessionACL};
 use jbdfs::device::lock::{self, LockKind};
 use jbdfs::device::{
     BlockDevice, FileDevice, OpenOptions, RecordingDevice, SimDevice, Source, SourceOptions,
+    WriterClaim,
 };
 use jbdfs::fs::{Filesystem, MountConfig};
 
@@ -23,9 +24,12 @@ use crate::fuse::JbdFuse;
 /// What a remount request needs: where the request comes, and the
 /// options the mount was made with (a remount may repeat, not change, the
 /// fixed ones).
-struct RemountContext {
-    mountpoint: PathBuf,
-    mounted: crate::options::MountOptions,
+pub(crate) struct RemountContext {
+    pub(crate) mountpoint: PathBuf,
+    pub(crate) mounted: crate::options::MountOptions,
+    /// A read-only mount of a writable image: the exclusive lock a remount
+    /// read-write must take first. See [`WriterClaim`].
+    pub(crate) writer: Option<crate::remount::ImageWriter>,
 }
 
 /// What the daemon needs, resolved from the command line and -o options.
@@ -91,7 +95,7 @@ pub fn open_filesystem(cfg: &DaemonConfig) -> anyhow::Result<Arc<Filesystem>> {
 pub fn open_recorded(
     cfg: &DaemonConfig,
 ) -> anyhow::Result<(Arc<Filesystem>, Option<Arc<RecordingDevice>>)> {
-    let (fs, recorder, _) = open_locked(cfg)?;
+    let (fs, recorder, _, _) = open_locked(cfg)?;
     Ok((fs, recorder))
 }
 
@@ -101,13 +105,22 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
     if cfg.read_only {
         recover_for_read_only(cfg)?;
     }
+    // A read-only mount of an image that can be written opens it for
+    // writing with the shared lock, so that a remount can make it
+    // read-write (Linux checks the device only then, too).
+    let writable_later = cfg.read_only && can_write(cfg);
     let opts = OpenOptions {
-        read_only: cfg.read_only,
+        read_only: cfg.read_only && !writable_later,
+        shared_lock: writable_later,
         direct: cfg.direct_io,
         exclusive: true,
         ..Default::default()
     };
-    let opened = open_source(cfg, opts)?;
+    let (opened, claim) = open_source(cfg, opts)?;
+    let writer = claim.map(|claim| crate::remount::ImageWriter {
+        claim,
+        path: cfg.source.clone(),
+    });
     if opened.read_only && !cfg.read_only {
         // check_mountable saw it writable a moment ago.
         anyhow::bail!(
@@ -138,6 +151,7 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
     }
     let mount_cfg = MountConfig {
         read_only: cfg.read_only,
+        read_only_device: opened.read_only,
         cache_size: cfg.cache_size,
         journal: jbdfs::journal::JournalConfig {
             barrier: cfg.barrier,
@@ -166,7 +180,18 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
             None => anyhow::anyhow!("{src}: cannot mount: {e}"),
         }
     })?;
-    Ok((fs, recorder, backing))
+    Ok((fs, recorder, backing, writer))
+}
+
+/// Whether the source could be opened for writing: an image file or
+/// device the caller may write, on a filesystem mounted read-write, or an
+/// NBD export (whose server says whether it takes writes when connected).
+fn can_write(cfg: &DaemonConfig) -> bool {
+    match Source::parse(cfg.source.as_os_str()) {
+        Ok(Source::Path(path)) => std::fs::OpenOptions::new().write(true).open(path).is_ok(),
+        Ok(Source::Nbd(_)) => true,
+        Err(_) => false,
+    }
 }
 
 /// Linux replays a journal that needs recovery on a read-only mount too,
@@ -210,6 +235,7 @@ type Mounted = (
     Arc<Filesystem>,
     Option<Arc<RecordingDevice>>,
     Weak<dyn BlockDevice>,
+    Option<crate::remount::ImageWriter>,
 );
 
 /// How long a mount waits for an image that is locked but not mounted: a
@@ -218,8 +244,12 @@ type Mounted = (
 const LOCK_WAIT: Duration = Duration::from_secs(5);
 
 /// Opens the image (a file, block device or NBD export: see
-/// [`jbdfs::device::Source`]).
-fn open_source(cfg: &DaemonConfig, opts: OpenOptions) -> anyhow::Result<jbdfs::device::Opened> {
+/// [`jbdfs::device::Source`]). With [`OpenOptions::shared_lock`], an
+/// image file or device comes with the claim to its exclusive lock.
+fn open_source(
+    cfg: &DaemonConfig,
+    opts: OpenOptions,
+) -> anyhow::Result<(jbdfs::device::Opened, Option<WriterClaim>)> {
     let src = cfg.source.display();
     let source = Source::parse(cfg.source.as_os_str()).map_err(|e| anyhow::anyhow!("{e}"))?;
     let Source::Path(path) = &source else {
@@ -228,14 +258,23 @@ fn open_source(cfg: &DaemonConfig, opts: OpenOptions) -> anyhow::Result<jbdfs::d
             nbd_timeout: cfg.nbd_timeout,
             nbd_connections: cfg.nbd_connections,
         };
-        return jbdfs::device::open::open(&source, &opts)
-            .map_err(|e| anyhow::anyhow!("{src}: {e}"));
+        let opened =
+            jbdfs::device::open::open(&source, &opts).map_err(|e| anyhow::anyhow!("{src}: {e}"))?;
+        return Ok((opened, None));
     };
     let dev = open_file(path, opts)?;
-    Ok(jbdfs::device::Opened {
+    let claim = match opts.shared_lock {
+        true => Some(
+            dev.writer_claim()
+                .map_err(|e| anyhow::anyhow!("{src}: {e}"))?,
+        ),
+        false => None,
+    };
+    let opened = jbdfs::device::Opened {
         device: Arc::new(dev),
         read_only: opts.read_only,
-    })
+    };
+    Ok((opened, claim))
 }
 
 /// Opens an image file or block device, or refuses with who holds it: at
@@ -254,7 +293,7 @@ fn open_file(source: &Path, opts: OpenOptions) -> anyhow::Result<FileDevice> {
             return Err(anyhow::anyhow!("{busy}"));
         }
         tracing::debug!("{busy}: waiting for it to let go");
-        let kind = if opts.read_only {
+        let kind = if opts.read_only || opts.shared_lock {
             LockKind::Read
         } else {
             LockKind::Write
@@ -308,7 +347,7 @@ pub fn check_mountable(cfg: &DaemonConfig) -> anyhow::Result<bool> {
         read_only: cfg.read_only,
         ..Default::default()
     };
-    let opened = open_source(cfg, opts)?;
+    let (opened, _) = open_source(cfg, opts)?;
     let dev = &*opened.device;
     let cannot = |why: String| anyhow::anyhow!("{}: cannot mount: {why}", cfg.source.display());
     let sb = jbdfs::fs::mount::read_superblock(dev).map_err(|e| cannot(e.to_string()))?;
@@ -372,7 +411,7 @@ fn fuse_options(cfg: &DaemonConfig) -> Vec<MountOption> {
 /// `umount.fuse.jbdfs` waits for the lock, and `umount; mount` must not
 /// find this daemon's lock or files in the next one's way.
 pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
-    let (fs, recorder, backing) = open_locked(cfg)?;
+    let (fs, recorder, backing, writer) = open_locked(cfg)?;
     // Both before the mount goes live: umount may come the moment mount
     // returns, and it needs them to wait for us.
     let pidfile = PidFile::create(&cfg.mountpoint);
@@ -412,6 +451,7 @@ pub fn serve(cfg: &DaemonConfig) -> anyhow::Result<()> {
     let remount = RemountContext {
         mountpoint: cfg.mountpoint.clone(),
         mounted: cfg.mount_options.clone(),
+        writer,
     };
     let signals = SignalWatcher::start(unmounter, fs.clone(), marks, remount)?;
     let stats = StatsWriter::start(fs.clone(), cfg.stats.clone(), serving.to_string());
@@ -550,8 +590,7 @@ impl SignalWatcher {
                         continue;
                     }
                     if sig == SIGUSR2 {
-                        if crate::remount::serve_request(&fs, &remount.mountpoint, &remount.mounted)
-                        {
+                        if crate::remount::serve_request(&fs, &remount) {
                             continue;
                         }
                         if let Some((rec, log)) = &marks {

@@ -26,8 +26,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context};
 use jbdfs::fs::Filesystem;
 
-use crate::daemon::pid_file_path;
+use crate::daemon::{pid_file_path, RemountContext};
 use crate::options::{MountOptions, ATIME_WORDS, REMOUNT_TUNABLE};
+use jbdfs::device::WriterClaim;
 
 /// How long the helper waits for the daemon's answer.
 const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
@@ -285,15 +286,25 @@ fn unmangle(s: &str) -> String {
     String::from_utf8_lossy(&out).into_owned()
 }
 
+/// A read-only mount's right to become its image's one writer: the image
+/// was opened for writing under the shared lock, and a remount read-write
+/// takes the exclusive one first (refused while another read-only mount
+/// or fsck holds the image).
+pub struct ImageWriter {
+    pub claim: WriterClaim,
+    pub path: PathBuf,
+}
+
 /// The daemon's side, on SIGUSR2: serves a pending remount request, if
 /// any. Returns whether there was one.
-pub fn serve_request(fs: &Arc<Filesystem>, mountpoint: &Path, mounted: &MountOptions) -> bool {
+pub(crate) fn serve_request(fs: &Arc<Filesystem>, ctx: &RemountContext) -> bool {
+    let mountpoint = &ctx.mountpoint;
     let request = request_path(mountpoint);
     let Ok(text) = std::fs::read_to_string(&request) else {
         return false;
     };
     let _ = std::fs::remove_file(&request);
-    let answer = match remount(fs, &text, mounted) {
+    let answer = match remount(fs, &text, &ctx.mounted, ctx.writer.as_ref()) {
         Ok(()) => "ok".to_string(),
         Err(e) => {
             tracing::error!("remount failed: {e:#}");
@@ -308,7 +319,12 @@ pub fn serve_request(fs: &Arc<Filesystem>, mountpoint: &Path, mounted: &MountOpt
 
 /// Carries out a request: the new options are checked first, then the
 /// state changes, and only if it did do the options.
-fn remount(fs: &Filesystem, request: &str, mounted: &MountOptions) -> anyhow::Result<()> {
+fn remount(
+    fs: &Filesystem,
+    request: &str,
+    mounted: &MountOptions,
+    writer: Option<&ImageWriter>,
+) -> anyhow::Result<()> {
     let mut lines = request.lines();
     let state = lines.next().unwrap_or_default().trim();
     let read_only = match state {
@@ -334,7 +350,7 @@ fn remount(fs: &Filesystem, request: &str, mounted: &MountOptions) -> anyhow::Re
     for word in tunable {
         opts.apply_word(word)?;
     }
-    fs.remount(read_only)?;
+    change_state(fs, read_only, writer)?;
     fs.retune(opts.tunables());
     tracing::info!(
         read_only,
@@ -342,6 +358,34 @@ fn remount(fs: &Filesystem, request: &str, mounted: &MountOptions) -> anyhow::Re
         "remounted"
     );
     Ok(())
+}
+
+/// Remounts the filesystem read-only or read-write, taking the image's
+/// exclusive lock first when a read-only mount becomes its writer.
+fn change_state(
+    fs: &Filesystem,
+    read_only: bool,
+    writer: Option<&ImageWriter>,
+) -> anyhow::Result<()> {
+    let claim = writer.filter(|_| !read_only && fs.is_read_only());
+    if let Some(w) = claim {
+        w.claim
+            .claim(&w.path)
+            .map_err(|e| anyhow!("cannot write the image: {e}"))?;
+    }
+    let done = fs.remount(read_only);
+    if let (Err(_), Some(w)) = (&done, claim) {
+        if !fs.journal().is_logging() {
+            w.claim.release();
+        }
+    }
+    done.map_err(|e| match e {
+        jbdfs::fs::FsError::ReadOnly => anyhow!(
+            "the filesystem cannot go read-write (a read-only image or device, \
+             a journal that needs recovery, or an earlier error: see the log)"
+        ),
+        e => e.into(),
+    })
 }
 
 #[cfg(test)]

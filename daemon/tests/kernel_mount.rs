@@ -166,6 +166,65 @@ fn remount_read_only_and_back_through_the_mount_helper() {
     assert!(listing.stdout.contains("new"), "{}", listing.stdout);
 }
 
+/// A mount made read-only goes read-write at `remount,rw`, as a Linux
+/// ext3 mount does: the image was opened for writing under the shared
+/// lock, so another read-only mount may share it, and while one does the
+/// remount is refused (one image, one writer); once alone it goes
+/// read-write.
+#[test]
+fn a_read_only_mount_remounts_read_write() {
+    let test = "a_read_only_mount_remounts_read_write";
+    if !can_mount(test) {
+        return;
+    }
+    let (img, dir) = image_and_dir("kmount-ro-rw");
+    let mnt = dir.path.join("mnt");
+    let d = Daemon::start(&img.path, &mnt, "", Duration::from_secs(30)).unwrap();
+    std::fs::write(mnt.join("file"), b"written rw\n").unwrap();
+    d.stop_ok();
+
+    let d = Daemon::start(&img.path, &mnt, "ro", Duration::from_secs(30)).unwrap();
+    let err = std::fs::write(mnt.join("new"), b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    let other = dir.path.join("other");
+    std::fs::create_dir(&other).unwrap();
+    let d2 = Daemon::start(&img.path, &other, "ro", Duration::from_secs(30)).unwrap();
+    let out = helper(&img.path, &mnt, "remount,rw");
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success(), "remount,rw beside another mount");
+    assert!(stderr.contains("in use"), "{stderr}");
+    let (mount, _) = mount_options(&mnt);
+    assert!(mount.iter().any(|o| o == "ro"), "{mount:?}");
+    d2.stop_ok();
+
+    let out = helper(&img.path, &mnt, "remount,rw");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let (mount, _) = mount_options(&mnt);
+    assert!(mount.iter().any(|o| o == "rw"), "{mount:?}");
+    std::fs::write(mnt.join("new"), b"after rw\n").unwrap();
+    assert_eq!(std::fs::read(mnt.join("file")).unwrap(), b"written rw\n");
+    // The image has one writer now: a second mount is refused.
+    assert!(Daemon::start(&img.path, &other, "ro", Duration::from_secs(10)).is_err());
+    let exited = d.stop();
+    assert!(exited.status.success(), "{exited:?}");
+    let unexpected: Vec<&str> = exited
+        .stderr
+        .lines()
+        .filter(|l| !l.contains("remount failed: cannot write the image"))
+        .collect();
+    assert!(
+        unexpected.is_empty(),
+        "only the refusal is logged: {unexpected:?}"
+    );
+    common::assert_e2fsck_clean(&img.path, "after remount,rw of a read-only mount");
+    let listing = common::debugfs(&img.path, "ls -l /");
+    assert!(listing.stdout.contains("new"), "{}", listing.stdout);
+}
+
 /// The `options:` line of a stats file, once the daemon has written one
 /// after `since` (it rewrites the file every second).
 fn options_line(stats: &Path, since: std::time::SystemTime) -> String {

@@ -28,6 +28,11 @@ pub struct OpenOptions {
     /// device is open: shared when read-only, exclusive when read-write, and
     /// the open fails with [`lock::InUse`] when someone else holds it.
     pub no_lock: bool,
+    /// Open for writing but take the shared lock, as a read-only user
+    /// would: a read-only mount that may later be remounted read-write.
+    /// Its owner writes nothing until it holds the exclusive lock
+    /// ([`FileDevice::claim_writer`]).
+    pub shared_lock: bool,
 }
 
 pub struct FileDevice {
@@ -62,7 +67,7 @@ impl FileDevice {
         // Block devices have O_EXCL; an OFD lock on a device node would
         // only cover that one node, not the device.
         if !is_block_device && !opts.no_lock {
-            let kind = if opts.read_only {
+            let kind = if opts.read_only || opts.shared_lock {
                 LockKind::Read
             } else {
                 LockKind::Write
@@ -85,6 +90,15 @@ impl FileDevice {
 
     pub fn file(&self) -> &File {
         &self.file
+    }
+
+    /// A handle through which the owner of a device opened with
+    /// [`OpenOptions::shared_lock`] takes the exclusive lock later.
+    pub fn writer_claim(&self) -> io::Result<WriterClaim> {
+        Ok(WriterClaim {
+            file: self.file.try_clone()?,
+            is_block_device: self.is_block_device,
+        })
     }
 
     /// Extends an image file to `len` bytes (never shrinks it), for mkfs,
@@ -112,6 +126,34 @@ impl FileDevice {
                     self.size
                 ),
             )),
+        }
+    }
+}
+
+/// The right to become the image's one writer, for a device opened with
+/// [`OpenOptions::shared_lock`]. It shares the device's open file
+/// description, and so its lock: taking the exclusive lock converts the
+/// shared one in place, with no moment unlocked.
+pub struct WriterClaim {
+    file: File,
+    is_block_device: bool,
+}
+
+impl WriterClaim {
+    /// Takes the exclusive lock, or fails with who else holds the image
+    /// (another read-only mount, or fsck). A block device is already
+    /// exclusive (O_EXCL).
+    pub fn claim(&self, path: &Path) -> io::Result<()> {
+        if self.is_block_device || lock::try_lock(&self.file, LockKind::Write)? {
+            return Ok(());
+        }
+        Err(lock::shared_with_error(path, &self.file))
+    }
+
+    /// Goes back to the shared lock, when what the claim was for failed.
+    pub fn release(&self) {
+        if !self.is_block_device {
+            let _ = lock::try_lock(&self.file, LockKind::Read);
         }
     }
 }

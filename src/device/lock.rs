@@ -131,10 +131,28 @@ pub fn in_use_error(path: &Path, file: &File) -> io::Error {
 /// lock on its inode in /proc/PID/fdinfo (F_OFD_GETLK reports pid -1 for
 /// OFD locks), and where `path` is mounted.
 pub fn find_holder(path: &Path, file: &File) -> Holder {
+    let mut holder = holder_other_than(file, None);
+    holder.mountpoint = mount_point_of(path);
+    holder
+}
+
+/// The error for a process that holds a shared lock on `file` and cannot
+/// make it exclusive: it names the other holder, not this process (nor
+/// this process's mount).
+pub fn shared_with_error(path: &Path, file: &File) -> io::Error {
+    let busy = InUse {
+        path: path.to_path_buf(),
+        holder: holder_other_than(file, Some(std::process::id())),
+    };
+    io::Error::new(io::ErrorKind::ResourceBusy, busy)
+}
+
+/// The first process holding a lock on `file`'s inode, other than `except`.
+fn holder_other_than(file: &File, except: Option<u32>) -> Holder {
     let pid = file.metadata().ok().and_then(|m| {
         let dev = m.dev();
         let key = format!("{:02x}:{:02x}:{}", major(dev), minor(dev), m.ino());
-        lock_holder_pid(&key)
+        lock_holder_pid(&key, except)
     });
     let command = pid.and_then(|p| {
         std::fs::read_to_string(format!("/proc/{p}/comm"))
@@ -144,7 +162,7 @@ pub fn find_holder(path: &Path, file: &File) -> Holder {
     Holder {
         pid,
         command,
-        mountpoint: mount_point_of(path),
+        mountpoint: None,
     }
 }
 
@@ -161,13 +179,14 @@ fn minor(dev: u64) -> u64 {
 /// inode `key` (MAJ:MIN:INO, as /proc/locks prints it). fdinfo shows only
 /// the locks of that open file, so readers of the same image that hold
 /// no lock are not mistaken for the holder.
-fn lock_holder_pid(key: &str) -> Option<u32> {
+fn lock_holder_pid(key: &str, except: Option<u32>) -> Option<u32> {
     let mut pids: Vec<u32> = std::fs::read_dir("/proc")
         .ok()?
         .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
         .collect();
     pids.sort_unstable();
     pids.into_iter()
+        .filter(|pid| Some(*pid) != except)
         .find(|pid| holds_lock(&format!("/proc/{pid}/fdinfo"), key))
 }
 

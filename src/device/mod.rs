@@ -19,7 +19,7 @@ use std::io::{self, IoSlice};
 
 pub use devsim::{DevSimParams, SimDevice};
 pub use fault::{FaultDevice, FaultOp, FaultPlan};
-pub use file::{FileDevice, OpenOptions};
+pub use file::{FileDevice, OpenOptions, WriterClaim};
 pub use memory::MemoryDevice;
 pub use nbd::{NbdConfig, NbdDevice};
 pub use open::{open_writable, Opened, Source, SourceOptions};

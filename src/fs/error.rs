@@ -119,8 +119,8 @@ pub struct ErrorState {
     /// after writes through the watch are refused.
     raw: Arc<dyn BlockDevice>,
     /// A read-only mount records errors in memory only (ext3 writes
-    /// nothing to a read-only filesystem).
-    record_on_disk: bool,
+    /// nothing to a read-only filesystem); set at its remount read-write.
+    record_on_disk: AtomicBool,
     block_size: u64,
     journal: OnceLock<Weak<Journal>>,
     read_only: AtomicBool,
@@ -145,7 +145,7 @@ impl ErrorState {
             policy: Mutex::new(policy),
             panic_action,
             raw,
-            record_on_disk: !read_only,
+            record_on_disk: AtomicBool::new(!read_only),
             block_size: sb.block_size() as u64,
             journal: OnceLock::new(),
             read_only: AtomicBool::new(false),
@@ -176,6 +176,12 @@ impl ErrorState {
     /// Whether an error made the filesystem read-only.
     pub fn is_read_only(&self) -> bool {
         self.read_only.load(Ordering::Acquire)
+    }
+
+    /// Errors from now on are recorded in the superblock too: the mount
+    /// has become read-write.
+    pub(crate) fn record_on_disk(&self) {
+        self.record_on_disk.store(true, Ordering::Release);
     }
 
     /// Whether `errors=panic` or a forced shutdown stopped all writing.
@@ -232,7 +238,7 @@ impl ErrorState {
         // The record goes to disk before anyone can see the error (a waiter
         // for a commit wakes as soon as the journal is aborted), so a caller
         // that got EIO or EROFS finds it in the superblock.
-        if self.record_on_disk {
+        if self.record_on_disk.load(Ordering::Acquire) {
             if let Err(e) = self.write_record() {
                 tracing::error!("could not record the error in the superblock: {e}");
             }

@@ -20,7 +20,12 @@ use crate::journal::{Handle, Journal, JournalConfig};
 /// How to mount.
 #[derive(Clone, Debug)]
 pub struct MountConfig {
+    /// Mount read-only. Unless the device is read-only too, a remount can
+    /// make it read-write later (the journal is loaded then).
     pub read_only: bool,
+    /// The device cannot be written (opened read-only, or an export the
+    /// server offers read-only): the mount is read-only for good.
+    pub read_only_device: bool,
     /// Bytes of metadata the buffer cache may hold.
     pub cache_size: usize,
     pub journal: JournalConfig,
@@ -57,6 +62,7 @@ impl Default for MountConfig {
     fn default() -> Self {
         MountConfig {
             read_only: false,
+            read_only_device: false,
             cache_size: 256 << 20,
             journal: JournalConfig::default(),
             dirsync: false,
@@ -87,9 +93,12 @@ pub struct Filesystem {
     /// One lock per group, taken around bitmap and descriptor updates.
     pub(crate) group_locks: Vec<Mutex<()>>,
     pub(crate) inodes: super::inode::InodeCache,
+    /// Read-only for good: the device cannot be written, the image has no
+    /// journal (ext2) or has read-only-compatible features jbdfs lacks.
     pub(crate) read_only: bool,
-    /// Remounted read-only (`mount -o remount,ro`): the log is empty and
-    /// nothing is written until a remount read-write. [atomic]
+    /// Read-only for now (`-o ro`, or `mount -o remount,ro`): nothing is
+    /// written until a remount read-write. After a remount the log is
+    /// empty; after a read-only mount it is not loaded yet. [atomic]
     pub(crate) remounted_ro: std::sync::atomic::AtomicBool,
     /// The atime options: set at mount, changed by a remount. [its own
     /// lock, a leaf]
@@ -168,7 +177,8 @@ pub fn read_group_descs(dev: &dyn BlockDevice, sb: &Superblock) -> Result<Vec<Gr
     Ok(descs)
 }
 
-/// Why the filesystem cannot be mounted as asked, if it cannot.
+/// Refuses what cannot be mounted at all; returns whether the mount must
+/// be read-only for good (besides a read-only device).
 fn check_features(sb: &Superblock, read_only: bool) -> Result<bool> {
     let (incompat, ro_compat) = sb.unsupported_features();
     if !incompat.is_empty() {
@@ -179,14 +189,16 @@ fn check_features(sb: &Superblock, read_only: bool) -> Result<bool> {
         tracing::warn!("filesystem has no journal (ext2); mounting read-only");
         return Ok(true);
     }
-    if !ro_compat.is_empty() && !read_only {
-        tracing::warn!(features = %ro_compat.join(","), "unsupported read-only-compatible features; mounting read-only");
+    if !ro_compat.is_empty() {
+        if !read_only {
+            tracing::warn!(features = %ro_compat.join(","), "unsupported read-only-compatible features; mounting read-only");
+        }
         return Ok(true);
     }
     if sb.has_incompat(feature::INCOMPAT_RECOVER) && read_only {
         tracing::warn!("the journal needs recovery; a read-only mount shows the state before it");
     }
-    Ok(read_only)
+    Ok(false)
 }
 
 /// A journal error as the mount reports it, logged first (what is
@@ -242,7 +254,8 @@ pub fn refusal_reason(dev: &dyn BlockDevice) -> Option<String> {
 impl Filesystem {
     pub fn mount(dev: Arc<dyn BlockDevice>, config: &MountConfig) -> Result<Arc<Self>> {
         let sb = read_superblock(&*dev)?;
-        let read_only = check_features(&sb, config.read_only)?;
+        let for_good = check_features(&sb, config.read_only)? || config.read_only_device;
+        let read_only = config.read_only || for_good;
         let sb = recover_if_needed(&*dev, &sb, read_only)?.unwrap_or(sb);
         let descs = read_group_descs(&*dev, &sb)?;
         let free_blocks: i64 = descs.iter().map(|d| d.bg_free_blocks_count as i64).sum();
@@ -294,8 +307,8 @@ impl Filesystem {
             group_locks: (0..groups).map(|_| Mutex::new(())).collect(),
             inodes: super::inode::InodeCache::default(),
             sb: Mutex::new(sb),
-            read_only,
-            remounted_ro: std::sync::atomic::AtomicBool::new(false),
+            read_only: for_good,
+            remounted_ro: std::sync::atomic::AtomicBool::new(read_only),
             block_size,
             groups,
             free_blocks: AtomicI64::new(free_blocks),
@@ -303,7 +316,7 @@ impl Filesystem {
             orphans: Mutex::new(Vec::new()),
             rename_lock: Mutex::new(()),
             dirsync: config.dirsync,
-            data_journal: config.data_journal && !read_only,
+            data_journal: config.data_journal && !for_good,
             data,
             logged_tails: Default::default(),
             xattr_share: Default::default(),
@@ -321,18 +334,32 @@ impl Filesystem {
             fs.journal.set_copy_budget(data_limit);
         }
         fs.readahead.start(Arc::downgrade(&fs))?;
+        // Kept for a remount read-write of a read-only mount.
+        fs.journal.retune(config.journal);
         if !read_only {
-            if !fs.data_journal {
-                fs.journal.set_commit_flush_hook(fs.data.clone());
-            }
-            fs.load_journal(config.journal)?;
-            fs.mark_mounted()?;
-            let n = fs.orphan_cleanup()?;
-            if n > 0 {
-                tracing::info!(orphans = n, "freed inodes orphaned by a crash");
-            }
+            fs.start_writing()?;
         }
         Ok(fs)
+    }
+
+    /// What a read-write mount does before its first operation, and a
+    /// read-only mount at its first remount read-write (ext3_remount's
+    /// path through ext3_setup_super): start logging, mark the filesystem
+    /// in use, free what a crash left orphaned.
+    fn start_writing(&self) -> Result<()> {
+        if !self.data_journal {
+            self.journal.set_commit_flush_hook(self.data.clone());
+        }
+        self.load_journal(self.journal.config())?;
+        self.errors.record_on_disk();
+        self.remounted_ro
+            .store(false, std::sync::atomic::Ordering::Release);
+        self.mark_mounted()?;
+        let n = self.orphan_cleanup()?;
+        if n > 0 {
+            tracing::info!(orphans = n, "freed inodes orphaned by a crash");
+        }
+        Ok(())
     }
 
     /// The buffer cache, for its memory figures (tests, statistics).
@@ -377,6 +404,9 @@ impl Filesystem {
         }
         if self.read_only || self.errors.is_read_only() || !self.journal_usable() {
             return Err(FsError::ReadOnly);
+        }
+        if !self.journal.is_logging() {
+            return self.first_remount_read_write();
         }
         self.sb.lock().s_feature_incompat |= feature::INCOMPAT_RECOVER;
         self.write_superblock_direct()?;
@@ -426,6 +456,24 @@ impl Filesystem {
         if done.is_err() {
             self.journal.thaw();
             self.remounted_ro.store(false, Ordering::Release);
+        }
+        done
+    }
+
+    /// A read-only mount goes read-write for the first time. A journal
+    /// that still needs recovery (the mount could not replay it) is
+    /// refused: replaying now would change blocks under the caches.
+    fn first_remount_read_write(&self) -> Result<()> {
+        if self.sb.lock().has_incompat(feature::INCOMPAT_RECOVER) {
+            tracing::error!(
+                "the journal needs recovery: unmount, and mount read-write to replay it"
+            );
+            return Err(FsError::ReadOnly);
+        }
+        let done = self.start_writing();
+        if done.is_err() {
+            self.remounted_ro
+                .store(true, std::sync::atomic::Ordering::Release);
         }
         done
     }

@@ -348,6 +348,12 @@ impl Journal {
         self.log.get().is_some()
     }
 
+    /// Whether [`Journal::enable`] has run: a read-only mount does not
+    /// load the journal until it is remounted read-write.
+    pub fn is_logging(&self) -> bool {
+        self.logging()
+    }
+
     /// The most credits one transaction may hold: a quarter of the log, as
     /// jbd's j_max_transaction_buffers, so a commit always finds room.
     pub fn max_transaction_credits(&self) -> u32 {
