@@ -265,7 +265,9 @@ impl Floor {
                 _ => err(libc::EIO),
             },
             Op::Open { .. } | Op::Opendir { .. } => Ok(Answer::Open(OpenOut::default())),
-            Op::Read { ino, offset, size } => self.read(ino, offset, size),
+            Op::Read {
+                ino, offset, size, ..
+            } => self.read(ino, offset, size),
             Op::Write { ino, offset, data } => self.write(ino, offset, data.len()),
             // ENOSYS: the kernel stops sending FLUSH, as it does for jbdfs.
             Op::Flush { .. } => err(libc::ENOSYS),

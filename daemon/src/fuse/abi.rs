@@ -563,6 +563,7 @@ fn read<'a>(a: &Args<'a>, ino: u64) -> Result<Op<'a>, DecodeError> {
     let s = a.arg(READ_IN_SIZE, "fuse_read_in")?;
     Ok(Op::Read {
         ino,
+        fh: le_u64(s, 0),
         offset: le_u64(s, 8),
         size: le_u32(s, 16),
     })
@@ -1312,7 +1313,8 @@ mod tests {
                 Op::Read {
                     ino: 1,
                     offset: 17,
-                    size: 4096
+                    size: 4096,
+                    ..
                 }
             ),
             "{op:?}"

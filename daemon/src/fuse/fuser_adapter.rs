@@ -426,7 +426,7 @@ impl<H: Handler> fuser::Filesystem for FuserAdapter<H> {
         &self,
         req: &Request,
         ino: INodeNo,
-        _fh: FileHandle,
+        fh: FileHandle,
         offset: u64,
         size: u32,
         _flags: OpenFlags,
@@ -435,6 +435,7 @@ impl<H: Handler> fuser::Filesystem for FuserAdapter<H> {
     ) {
         let op = Op::Read {
             ino: ino.0,
+            fh: fh.0,
             offset,
             size,
         };

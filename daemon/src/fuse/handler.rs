@@ -26,6 +26,11 @@ const FOPEN_KEEP_CACHE: u32 = 1 << 1;
 /// queue for the first runner to come free.
 const MAX_FSYNC_RUNNERS: usize = 256;
 
+/// The file handle of an open for reading and writing: its READs are the
+/// accesses that move atime (such an open may only write: xfs_io's, a
+/// database's), where an open for reading only counts at the open.
+const FH_ATIME_ON_READ: u64 = 1;
+
 thread_local! {
     /// Each thread's read buffer, kept across requests (see
     /// `Filesystem::read_buf`): a fresh zeroed buffer per read cost about
@@ -146,10 +151,11 @@ impl JbdFuse {
         }
     }
 
-    /// An open for reading (or an opendir) is the access that moves atime:
-    /// the kernel leaves atime to FUSE filesystems, and reads served from
-    /// the page cache never reach the daemon. Returns whether it moved; a
-    /// failure to move it does not fail the open.
+    /// An open for reading only (or an opendir), or a READ through an open
+    /// for reading and writing, is the access that moves atime: the kernel
+    /// leaves atime to FUSE filesystems, and reads served from the page
+    /// cache never reach the daemon. Returns whether it moved; a failure to
+    /// move it does not fail the request.
     fn accessed(&self, ino: InodeNo) -> bool {
         self.fs
             .touch_atime(ino, self.fs.atime_policy())
@@ -331,7 +337,10 @@ impl JbdFuse {
         self.entry_answer(res.map(|inode| (ext, inode)))
     }
 
-    fn read(&self, ino: NodeId, offset: u64, size: u32) -> Outcome {
+    fn read(&self, ino: NodeId, fh: u64, offset: u64, size: u32) -> Outcome {
+        if fh & FH_ATIME_ON_READ != 0 {
+            self.access_seen(ino);
+        }
         let mut buf = take_read_buf();
         match self.fs.read_buf(to_ext3(ino), offset, size, &mut buf) {
             Ok(n) => {
@@ -506,20 +515,34 @@ impl JbdFuse {
             .fs
             .may_open(ext, flags)
             .and_then(|how| self.fs.open(ext).map(|()| how));
-        let reads = flags & libc::O_ACCMODE != libc::O_WRONLY;
+        let mode = flags & libc::O_ACCMODE;
         self.done(opened, |how| {
-            // The kernel keeps the pages, and is told that its copy of the
-            // attributes (atime) is stale when the access moved atime.
-            if reads && self.accessed(ext) {
-                if let Some(k) = self.kernel.get() {
-                    k.attributes_changed(ino);
-                }
+            if mode == libc::O_RDONLY {
+                self.access_seen(ino);
             }
-            Answer::Open(OpenOut {
-                fh: 0,
-                flags: self.open_flags_for(how.sync),
-            })
+            // An open for reading and writing drops the cached pages
+            // (no FOPEN_KEEP_CACHE), so that its first read reaches the
+            // daemon and counts as the access.
+            let (fh, flags) = match mode {
+                libc::O_RDWR => (
+                    FH_ATIME_ON_READ,
+                    self.open_flags_for(how.sync) & !FOPEN_KEEP_CACHE,
+                ),
+                _ => (0, self.open_flags_for(how.sync)),
+            };
+            Answer::Open(OpenOut { fh, flags })
         })
+    }
+
+    /// An access moves atime by the mount's rules; the kernel keeps the
+    /// pages, and is told that its copy of the attributes is stale when
+    /// atime moved.
+    fn access_seen(&self, ino: NodeId) {
+        if self.accessed(to_ext3(ino)) {
+            if let Some(k) = self.kernel.get() {
+                k.attributes_changed(ino);
+            }
+        }
     }
 
     /// An ioctl's empty answer, once the kernel is told that its copy of
@@ -658,7 +681,12 @@ impl JbdFuse {
                 newname,
             } => self.link(ino, newparent, newname),
             Op::Open { ino, flags } => self.open(ino, flags),
-            Op::Read { ino, offset, size } => self.read(ino, offset, size),
+            Op::Read {
+                ino,
+                fh,
+                offset,
+                size,
+            } => self.read(ino, fh, offset, size),
             Op::Write { ino, offset, data } => {
                 let res = fs.write(to_ext3(ino), offset, data, ctx.uid == 0);
                 self.done(res, |n| Answer::Written(n as u32))

@@ -117,6 +117,8 @@ pub enum Op<'a> {
     },
     Read {
         ino: NodeId,
+        /// The handle OPEN answered (see handler.rs, `FH_ATIME_ON_READ`).
+        fh: u64,
         offset: u64,
         size: u32,
     },
