@@ -52,7 +52,8 @@ jbdfs options (-o):
                                    several (CAN_MULTI_CONN; 1-16, default 1)
   debug, sync, dirsync, max_map=N, devsim=MODEL, stats=PATH, record=PATH
 Generic FUSE and mount options (ro, rw, noatime, allow_other, default_permissions,
-fsname=, ...) are passed on; fstab, systemd (x-*) and SELinux options are accepted."
+fsname=, ...) are passed on; fstab, systemd (x-*) and SELinux options, user_xattr and
+lazytime (timestamps are logged at once, which lazytime allows) are accepted."
 )]
 struct Args {
     /// Stay in the foreground.

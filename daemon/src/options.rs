@@ -441,9 +441,11 @@ const SELINUX: &[&str] = &[
     "seclabel",
 ];
 
-/// ext3 options accepted so ext3 fstab lines mount; jbdfs does not
-/// distinguish user xattrs.
-const EXT3_NO_EFFECT: &[&str] = &["user_xattr", "nouser_xattr"];
+/// ext3 options accepted so ext3 fstab lines mount: jbdfs does not
+/// distinguish user xattrs, and it logs a timestamp change with the
+/// inode at once, which lazytime allows (it only lets a filesystem keep
+/// timestamps in memory longer; the FUSE kernel module refuses the word).
+const EXT3_NO_EFFECT: &[&str] = &["user_xattr", "nouser_xattr", "lazytime", "nolazytime"];
 
 impl MountOptions {
     /// Parses the arguments of one or more `-o` flags, each comma-separated.
@@ -980,7 +982,7 @@ mod tests {
     fn ignored_options_are_accepted_but_not_passed_on() {
         let s = "defaults,_netdev,nofail,auto,noauto,user,nouser,users,comment=x,\
                  x-systemd.automount,x-systemd.device-timeout=10s,x-gvfs-show,\
-                 user_xattr,nouser_xattr,context=system_u:object_r:tmp_t:s0,\
+                 user_xattr,nouser_xattr,lazytime,nolazytime,context=system_u:object_r:tmp_t:s0,\
                  fscontext=a,defcontext=b,rootcontext=c,seclabel";
         let o = parse(s);
         assert!(o.fuse_generic().is_empty());
