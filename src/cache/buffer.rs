@@ -78,8 +78,10 @@ impl Buffer {
 
     /// Exclusive access to the bytes. Pin first if the buffer is joining a
     /// transaction: [`Buffer::pin`] must not be called while holding this
-    /// buffer's own guard.
-    pub fn write(&self) -> BufferWriteGuard<'_> {
+    /// buffer's own guard. Not public: metadata changes go through the
+    /// journal's `Handle::modify`, which joins the transaction first;
+    /// the rest is the cache's own and a new buffer's first contents.
+    pub(crate) fn write(&self) -> BufferWriteGuard<'_> {
         RwLockWriteGuard::map(self.data.write(), |d| &mut d[..])
     }
 

@@ -552,9 +552,8 @@ impl Filesystem {
         else {
             return Ok(None);
         };
-        h.get_write_access(&buf)?;
         let n = {
-            let mut map = buf.write();
+            let mut map = h.modify(&buf)?;
             let mut n = 0;
             while n < count
                 && start + n < stop
@@ -566,7 +565,6 @@ impl Filesystem {
             }
             n
         };
-        h.dirty_metadata(&buf)?;
         self.update_group_desc(h, g, |d| {
             d.bg_free_blocks_count = d.bg_free_blocks_count.saturating_sub(n as u16)
         })?;
@@ -643,10 +641,9 @@ impl Filesystem {
         let desc = self.group_desc(g)?;
         let first = self.sb.lock().group_first_block(g).0;
         let buf = self.cache.get(desc.block_bitmap())?;
-        h.get_write_access(&buf)?;
         let mut freed = 0u32;
         {
-            let mut map = buf.write();
+            let mut map = h.modify(&buf)?;
             for i in off..off + n {
                 if test_bit(&map, i) {
                     clear_bit(&mut map, i);
@@ -660,7 +657,6 @@ impl Filesystem {
                 }
             }
         }
-        h.dirty_metadata(&buf)?;
         for i in off..off + n {
             // Neither a logged copy nor a stale cached copy of a freed
             // block may ever be written over its next owner.

@@ -180,9 +180,8 @@ impl Filesystem {
                         changed_inode = true;
                     }
                     Some(p) => {
-                        h.get_write_access(p)?;
-                        set_slot(p.block(), &mut p.write(), path.offsets()[level - 1], ptr)?;
-                        h.dirty_metadata(p)?;
+                        let mut data = h.modify(p)?;
+                        set_slot(p.block(), &mut data, path.offsets()[level - 1], ptr)?;
                     }
                 }
             }
@@ -244,8 +243,8 @@ impl Filesystem {
         // Noted before anything else can fail, so that an undo frees it.
         ctx.pointers.push((level, b.0));
         let buf = self.cache.get_new(b)?;
-        h.get_write_access(&buf)?;
-        h.dirty_metadata(&buf)?;
+        // Zeroed, it joins the transaction as it is.
+        h.modify(&buf)?;
         Ok(b)
     }
 
@@ -360,13 +359,10 @@ impl Filesystem {
                 }
             }
             Leaf::Block(buf) => {
-                h.get_write_access(buf)?;
-                let mut data = buf.write();
+                let mut data = h.modify(buf)?;
                 for i in 0..n {
                     set_slot(buf.block(), &mut data, last + i, first.0 + i)?;
                 }
-                drop(data);
-                h.dirty_metadata(buf)?;
             }
         }
         Ok(Mapping {
@@ -458,16 +454,12 @@ impl Filesystem {
         if !any {
             return Ok(());
         }
-        h.get_write_access(buf)?;
-        {
-            let mut data = buf.write();
-            for i in 0..n {
-                if hit(&data, i)? {
-                    set_slot(b, &mut data, at + i, 0)?;
-                }
+        let mut data = h.modify(buf)?;
+        for i in 0..n {
+            if hit(&data, i)? {
+                set_slot(b, &mut data, at + i, 0)?;
             }
         }
-        h.dirty_metadata(buf)?;
         Ok(())
     }
 

@@ -241,9 +241,8 @@ impl Filesystem {
         file_type: u8,
     ) -> Result<()> {
         let buf = self.dir_block(dir, st, block)?;
-        h.get_write_access(&buf)?;
         let (res, room) = {
-            let mut data = buf.write();
+            let mut data = h.modify(&buf)?;
             let r = dirent::insert_entry(&mut data, ino, name, file_type);
             (r, block_room(&data))
         };
@@ -260,7 +259,6 @@ impl Filesystem {
                 ))
             }
         }
-        h.dirty_metadata(&buf)?;
         // Only now that the entry is in: a failure before it must not
         // cost an htree directory its index flag.
         self.drop_htree(st);
@@ -315,19 +313,16 @@ impl Filesystem {
     ) -> Result<()> {
         let b = b.ok_or(FsError::NoSpace)?;
         let buf = self.cache.get_new(b)?;
-        h.get_write_access(&buf)?;
         let empty = dirent::init_block(self.block_size as usize)
             .map_err(|e| Corruption::new(Location::Inode(dir), e))?;
-        buf.write().copy_from_slice(&empty);
-        h.dirty_metadata(&buf)?;
+        h.modify(&buf)?.copy_from_slice(&empty);
         Ok(())
     }
 
-    /// The slot of `name` and its block, announced to the handle: the
-    /// first steps of every change to an existing entry.
+    /// The slot of `name` and its block: the first step of every change
+    /// to an existing entry.
     fn entry_block_for_change(
         &self,
-        h: &mut Handle<'_>,
         dir: InodeNo,
         st: &mut InodeState,
         name: &[u8],
@@ -339,8 +334,6 @@ impl Filesystem {
             .copied()
             .ok_or(FsError::NotFound)?;
         let buf = self.dir_block(dir, st, slot.block)?;
-        h.get_write_access(&buf)?;
-        self.drop_htree(st);
         Ok((slot, buf))
     }
 
@@ -352,14 +345,14 @@ impl Filesystem {
         st: &mut InodeState,
         name: &[u8],
     ) -> Result<DirSlot> {
-        let (slot, buf) = self.entry_block_for_change(h, dir, st, name)?;
+        let (slot, buf) = self.entry_block_for_change(dir, st, name)?;
         let (res, room) = {
-            let mut data = buf.write();
+            let mut data = h.modify(&buf)?;
+            self.drop_htree(st);
             let r = dirent::remove_entry(&mut data, name);
             (r, block_room(&data))
         };
         res.map_err(|e| self.corrupt_dir(dir, e))?;
-        h.dirty_metadata(&buf)?;
         let idx = self.ensure_index(dir, st)?;
         idx.names.remove(name);
         idx.room[slot.block as usize] = room;
@@ -376,9 +369,10 @@ impl Filesystem {
         ino: InodeNo,
         file_type: u8,
     ) -> Result<()> {
-        let (slot, buf) = self.entry_block_for_change(h, dir, st, name)?;
+        let (slot, buf) = self.entry_block_for_change(dir, st, name)?;
         {
-            let mut data = buf.write();
+            let mut data = h.modify(&buf)?;
+            self.drop_htree(st);
             let off = dirent::find_entry(&data, name)
                 .map_err(|e| self.corrupt_dir(dir, e))?
                 .map(|e| e.offset)
@@ -386,7 +380,6 @@ impl Filesystem {
             dirent::set_inode_at(&mut data, off, ino.0);
             dirent::set_file_type_at(&mut data, off, file_type);
         }
-        h.dirty_metadata(&buf)?;
         let idx = self.ensure_index(dir, st)?;
         idx.names.insert(
             name.to_vec(),

@@ -529,9 +529,8 @@ impl Filesystem {
             } else {
                 self.cache.get(BlockNo(p.block))?
             };
-            h.get_write_access(&buf)?;
-            buf.write()[p.in_block..p.in_block + p.len].copy_from_slice(&src[p.at..p.at + p.len]);
-            h.dirty_metadata(&buf)?;
+            h.modify(&buf)?[p.in_block..p.in_block + p.len]
+                .copy_from_slice(&src[p.at..p.at + p.len]);
         }
         Ok(())
     }
@@ -557,9 +556,7 @@ impl Filesystem {
                 if let Some(p) = m.physical {
                     if self.data_journal {
                         let buf = self.cache.get(p)?;
-                        h.get_write_access(&buf)?;
-                        buf.write()[tail as usize..].fill(0);
-                        h.dirty_metadata(&buf)?;
+                        h.modify(&buf)?[tail as usize..].fill(0);
                     } else {
                         self.zero_tail_logged(h, p, tail as usize)?;
                     }

@@ -436,9 +436,8 @@ impl Filesystem {
         if free < need {
             return Ok(false);
         }
-        h.get_write_access(&buf)?;
         let res = {
-            let mut data = buf.write();
+            let mut data = h.modify(&buf)?;
             let mut r = dirent::insert_entry(&mut data, ino, name, file_type);
             if matches!(r, Ok(Insert::NoSpace)) {
                 let live = live_entries(&data).map_err(|e| self.corrupt_leaf(dir, e))?;
@@ -461,7 +460,6 @@ impl Filesystem {
                 ))
             }
         }
-        h.dirty_metadata(&buf)?;
         let room = super::dir::block_room(&buf.read());
         self.dir_index_note(st, leaf, room, &[(name, ino, file_type)]);
         Ok(true)
@@ -515,9 +513,8 @@ impl Filesystem {
         levels: Option<u8>,
     ) -> Result<()> {
         let buf = self.dir_block(dir, st, frame.block)?;
-        h.get_write_access(&buf)?;
         {
-            let mut data = buf.write();
+            let mut data = h.modify(&buf)?;
             if frame.block == 0 {
                 let mut info = DxRootInfo::read(&data).expect("a root block holds its info");
                 if let Some(l) = levels {
@@ -531,7 +528,6 @@ impl Filesystem {
                 write_dx_table(&mut data, DX_NODE_ENTRIES_OFFSET, &frame.entries);
             }
         }
-        h.dirty_metadata(&buf)?;
         Ok(())
     }
 
@@ -611,14 +607,10 @@ impl Filesystem {
             )
         })?;
         let new_buf = self.dir_block(dir, st, nb)?;
-        h.get_write_access(&new_buf)?;
-        new_buf
-            .write()
+        h.modify(&new_buf)?
             .copy_from_slice(&pack_entries(bs, &split.moved));
-        h.dirty_metadata(&new_buf)?;
-        h.get_write_access(&buf)?;
-        buf.write().copy_from_slice(&pack_entries(bs, &split.keep));
-        h.dirty_metadata(&buf)?;
+        h.modify(&buf)?
+            .copy_from_slice(&pack_entries(bs, &split.keep));
         frame.entries.insert(frame.at + 1, (split.hash2, nb));
         self.dx_write_frame(h, dir, st, frame, None)?;
         let moved: Vec<_> = split
@@ -677,13 +669,10 @@ impl Filesystem {
         let (b1, b2) = (new[0], new[1]);
         for (b, entries) in [(b1, &split.keep), (b2, &split.moved)] {
             let buf = self.dir_block(dir, st, b)?;
-            h.get_write_access(&buf)?;
-            buf.write().copy_from_slice(&pack_entries(bs, entries));
-            h.dirty_metadata(&buf)?;
+            h.modify(&buf)?.copy_from_slice(&pack_entries(bs, entries));
         }
-        h.get_write_access(&root_buf)?;
         {
-            let mut data = root_buf.write();
+            let mut data = h.modify(&root_buf)?;
             dirent::set_rec_len_at(&mut data, 12, bs - 12);
             data[DX_ROOT_INFO_OFFSET..].fill(0);
             let info = DxRootInfo {
@@ -700,7 +689,6 @@ impl Filesystem {
                 &[(0, b1), (split.hash2, b2)],
             );
         }
-        h.dirty_metadata(&root_buf)?;
         st.disk.i_flags |= EXT2_INDEX_FL;
         let note = |v: &[DirEntry]| -> Vec<(Vec<u8>, InodeNo, u8)> {
             v.iter()

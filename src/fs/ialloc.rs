@@ -94,9 +94,7 @@ impl Filesystem {
         let Some(bit) = find_zero(&buf.read(), from, ipg) else {
             return Ok(None);
         };
-        h.get_write_access(&buf)?;
-        set_bit(&mut buf.write(), bit);
-        h.dirty_metadata(&buf)?;
+        set_bit(&mut h.modify(&buf)?, bit);
         self.update_group_desc(h, g, |d| {
             d.bg_free_inodes_count = d.bg_free_inodes_count.saturating_sub(1);
             if is_dir {
@@ -113,14 +111,12 @@ impl Filesystem {
         let _lock = self.group_locks[g.0 as usize].lock();
         let desc = self.group_desc(g)?;
         let buf = self.cache.get(desc.inode_bitmap())?;
-        h.get_write_access(&buf)?;
         let was_set = {
-            let mut map = buf.write();
+            let mut map = h.modify(&buf)?;
             let was = test_bit(&map, bit);
             clear_bit(&mut map, bit);
             was
         };
-        h.dirty_metadata(&buf)?;
         if !was_set {
             tracing::error!(inode = ino.0, "freeing an inode that is already free");
             return Ok(());

@@ -151,7 +151,7 @@ impl Filesystem {
         let (block, off) = self.inode_location(ino)?;
         let mut bytes = inode.to_bytes();
         let buf = self.cache.get(block)?;
-        h.get_write_access(&buf)?;
+        let access = h.get_write_access(&buf)?;
         if inode.i_links_count == 0 {
             // An orphan's i_dtime is its link in the orphan chain. The list
             // stays locked until the slot is written, so a concurrent change
@@ -160,11 +160,10 @@ impl Filesystem {
             if let Some(next) = super::orphan::next_in(&list, ino) {
                 crate::format::inode::raw::set_i_dtime(&mut bytes, next);
             }
-            buf.write()[off..off + bytes.len()].copy_from_slice(&bytes);
+            access.write()[off..off + bytes.len()].copy_from_slice(&bytes);
         } else {
-            buf.write()[off..off + bytes.len()].copy_from_slice(&bytes);
+            access.write()[off..off + bytes.len()].copy_from_slice(&bytes);
         }
-        h.dirty_metadata(&buf)?;
         Ok(())
     }
 

@@ -569,7 +569,7 @@ impl Filesystem {
         let block = BlockNo((sbm::SUPERBLOCK_OFFSET / bs) as u32);
         let offset = (sbm::SUPERBLOCK_OFFSET % bs) as usize;
         let buf = self.cache.get(block)?;
-        h.get_write_access(&buf)?;
+        let access = h.get_write_access(&buf)?;
         {
             // Copied into the buffer with the superblock locked, so that
             // two writers cannot leave the older copy (an orphan chain's
@@ -580,9 +580,8 @@ impl Filesystem {
             sb.s_wtime = crate::util::now().0 as u32;
             self.errors.stamp(&mut sb);
             let bytes = sb.to_bytes();
-            buf.write()[offset..offset + bytes.len()].copy_from_slice(&bytes);
+            access.write()[offset..offset + bytes.len()].copy_from_slice(&bytes);
         }
-        h.dirty_metadata(&buf)?;
         Ok(())
     }
 
@@ -618,15 +617,13 @@ impl Filesystem {
         f: impl FnOnce(&mut GroupDesc),
     ) -> Result<()> {
         let (buf, off) = self.group_desc_buffer(g)?;
-        h.get_write_access(&buf)?;
         {
-            let mut data = buf.write();
+            let mut data = h.modify(&buf)?;
             let mut d = GroupDesc::parse(&data[off..off + GROUP_DESC_SIZE])
                 .map_err(|e| Corruption::new(Location::GroupDesc(g), e))?;
             f(&mut d);
             d.write(&mut data[off..off + GROUP_DESC_SIZE]);
         }
-        h.dirty_metadata(&buf)?;
         Ok(())
     }
 

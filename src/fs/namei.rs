@@ -411,9 +411,7 @@ impl Filesystem {
         let block = de::new_dir_block(self.block_size as usize, ino, parent)
             .map_err(|e| crate::format::Corruption::new(crate::format::Location::Inode(ino), e))?;
         let buf = self.cache.get_new(b)?;
-        h.get_write_access(&buf)?;
-        buf.write().copy_from_slice(&block);
-        h.dirty_metadata(&buf)?;
+        h.modify(&buf)?.copy_from_slice(&block);
         st.disk.i_size = self.block_size as u64;
         Ok(())
     }
@@ -444,9 +442,7 @@ impl Filesystem {
             let mut block = vec![0u8; fs.block_size as usize];
             block[..target.len()].copy_from_slice(target);
             let buf = fs.cache.get_new(b)?;
-            h.get_write_access(&buf)?;
-            buf.write().copy_from_slice(&block);
-            h.dirty_metadata(&buf)?;
+            h.modify(&buf)?.copy_from_slice(&block);
             Ok(())
         })
     }

@@ -60,7 +60,7 @@ impl Filesystem {
             };
             let (block, off) = self.inode_location(p)?;
             let buf = self.cache.get(block)?;
-            h.get_write_access(&buf)?;
+            let access = h.get_write_access(&buf)?;
             let mut list = self.orphans.lock();
             let Some(pos) = list.iter().position(|&i| i == ino) else {
                 return Ok(());
@@ -70,9 +70,7 @@ impl Filesystem {
             }
             let next = next_in(&list, ino).unwrap_or(0);
             list.remove(pos);
-            crate::format::inode::raw::set_i_dtime(&mut buf.write()[off..], next);
-            drop(list);
-            h.dirty_metadata(&buf)?;
+            crate::format::inode::raw::set_i_dtime(&mut access.write()[off..], next);
             return Ok(());
         }
     }

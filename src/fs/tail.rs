@@ -76,9 +76,7 @@ impl Filesystem {
         from: usize,
     ) -> Result<()> {
         let buf = self.logged_data_buffer(block)?;
-        h.get_write_access(&buf)?;
-        buf.write()[from..].fill(0);
-        h.dirty_metadata(&buf)?;
+        h.modify(&buf)?[from..].fill(0);
         self.logged_tails.insert(block.0);
         Ok(())
     }

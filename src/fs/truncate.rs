@@ -159,14 +159,11 @@ impl Filesystem {
             return Ok(true);
         }
         if cleared.iter().any(|&c| c) {
-            h.get_write_access(&buf)?;
-            let mut data = buf.write();
+            let mut data = h.modify(&buf)?;
             for (i, _) in cleared.iter().enumerate().filter(|(_, &c)| c) {
                 indirect::set_ptr(&mut data, i as u32, BlockNo(0))
                     .map_err(|e| Corruption::new(Location::Block(b), e))?;
             }
-            drop(data);
-            h.dirty_metadata(&buf)?;
         }
         Ok(false)
     }

@@ -271,9 +271,7 @@ impl Filesystem {
             return Ok(());
         }
         if let Some(buf) = sole_user {
-            h.get_write_access(&buf)?;
-            buf.write().copy_from_slice(want);
-            h.dirty_metadata(&buf)?;
+            h.modify(&buf)?.copy_from_slice(want);
             // Known now under its new contents' hash only.
             let b = buf.block();
             for blocks in share.values_mut() {
@@ -304,9 +302,7 @@ impl Filesystem {
 
     fn write_new_xattr_block(&self, h: &mut Handle<'_>, b: BlockNo, block: &[u8]) -> Result<()> {
         let buf = self.cache.get_new(b)?;
-        h.get_write_access(&buf)?;
-        buf.write().copy_from_slice(block);
-        h.dirty_metadata(&buf)?;
+        h.modify(&buf)?.copy_from_slice(block);
         Ok(())
     }
 
@@ -334,10 +330,8 @@ impl Filesystem {
                 }
                 refs
             };
-            h.get_write_access(&buf)?;
-            fx::set_h_refcount(&mut buf.write(), refs + 1)
+            fx::set_h_refcount(&mut h.modify(&buf)?, refs + 1)
                 .map_err(|e| Corruption::new(Location::Block(b), e))?;
-            h.dirty_metadata(&buf)?;
             return Ok(Some(b));
         }
         Ok(None)
@@ -401,10 +395,8 @@ impl Filesystem {
             }
             return self.free_blocks(h, b, 1);
         }
-        h.get_write_access(&buf)?;
-        fx::set_h_refcount(&mut buf.write(), refs - 1)
+        fx::set_h_refcount(&mut h.modify(&buf)?, refs - 1)
             .map_err(|e| Corruption::new(Location::Block(b), e))?;
-        h.dirty_metadata(&buf)?;
         Ok(())
     }
 }

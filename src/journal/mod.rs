@@ -51,7 +51,7 @@ use std::time::Duration;
 
 pub use batch::{set_caller, Batching};
 pub use journal::{CommitCallback, CommitStart, Journal};
-pub use transaction::Handle;
+pub use transaction::{Handle, Modify, WriteAccess};
 
 /// File data the commit must account for before it flushes the device ahead
 /// of a commit block: in data=ordered it writes the data out first (jbd's

@@ -1,8 +1,12 @@
 //! Transactions and handles (Linux: fs/jbd2/transaction.c).
 //!
 //! There is one running transaction that handles join, and at most one
-//! committing. A handle announces each metadata buffer with
-//! [`Handle::get_write_access`] before changing it: the buffer then joins
+//! committing. A handle changes a metadata buffer only through
+//! [`Handle::modify`] (or [`Handle::get_write_access`], then
+//! [`WriteAccess::write`]), which does jbd's three steps (get_write_access,
+//! the change, dirty_metadata) so that none can be skipped: the bytes come
+//! only with the write access, and the guard records the change when it
+//! drops. The buffer joins
 //! the running transaction and is pinned, so the cache neither writes it
 //! home nor evicts it; only checkpoint writes it home, from the copy that
 //! committed. When commit starts it waits for the transaction's handles to
@@ -20,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use super::journal::{CommitCallback, CommitStart, JState, Journal};
 use super::Tid;
-use crate::cache::Buffer;
+use crate::cache::{Buffer, BufferWriteGuard};
 
 /// A transaction's buffers and bookkeeping (jbd2's transaction_t). While
 /// it runs it sits in `JState::running` and every field is under
@@ -192,6 +196,56 @@ impl Journal {
     }
 }
 
+/// Write access to one metadata buffer ([`Handle::get_write_access`]):
+/// the buffer belongs to the handle's transaction.
+pub struct WriteAccess<'b> {
+    buf: &'b Arc<Buffer>,
+    mark_dirty: bool,
+}
+
+impl<'b> WriteAccess<'b> {
+    /// The buffer's bytes, locked for writing; the change is recorded
+    /// when the guard drops (jbd's dirty_metadata).
+    pub fn write(&self) -> Modify<'b> {
+        Modify {
+            data: self.buf.write(),
+            buf: self.buf,
+            mark_dirty: self.mark_dirty,
+        }
+    }
+}
+
+/// A change to one metadata buffer in progress ([`Handle::modify`]): the
+/// buffer's bytes, locked for writing. A journaled buffer already belongs
+/// to the transaction, so the change is logged with it; an unjournaled
+/// one is marked dirty when the guard drops.
+pub struct Modify<'b> {
+    data: BufferWriteGuard<'b>,
+    buf: &'b Arc<Buffer>,
+    mark_dirty: bool,
+}
+
+impl std::ops::Deref for Modify<'_> {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.data
+    }
+}
+
+impl std::ops::DerefMut for Modify<'_> {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.data
+    }
+}
+
+impl Drop for Modify<'_> {
+    fn drop(&mut self) {
+        if self.mark_dirty {
+            self.buf.mark_dirty();
+        }
+    }
+}
+
 /// One atomic filesystem operation's share of a transaction.
 pub struct Handle<'a> {
     journal: &'a Journal,
@@ -202,23 +256,28 @@ pub struct Handle<'a> {
 }
 
 impl Handle<'_> {
-    /// Announces that `buf` is about to change: it joins the transaction.
-    pub fn get_write_access(&mut self, buf: &Arc<Buffer>) -> io::Result<()> {
-        if self.journal.logging() {
-            self.journal.join(buf, &mut self.credits)?;
-        }
-        Ok(())
+    /// Opens `buf` for a change in this handle's transaction and locks its
+    /// bytes for writing: [`Handle::get_write_access`] and
+    /// [`WriteAccess::write`] in one.
+    pub fn modify<'b>(&mut self, buf: &'b Arc<Buffer>) -> io::Result<Modify<'b>> {
+        Ok(self.get_write_access(buf)?.write())
     }
 
-    /// Records `buf` as changed metadata of this handle's transaction.
-    pub fn dirty_metadata(&mut self, buf: &Arc<Buffer>) -> io::Result<()> {
-        if self.journal.logging() {
-            // A caller that skipped get_write_access still gets it right.
+    /// Announces that `buf` is about to change (jbd's get_write_access):
+    /// it joins the transaction, which is charged a credit. The bytes are
+    /// only reachable through the returned token, for a caller that must
+    /// take another lock between the two (the lock order puts
+    /// `Filesystem::orphans` and `Filesystem::sb` after the journal and
+    /// before buffer data).
+    pub fn get_write_access<'b>(&mut self, buf: &'b Arc<Buffer>) -> io::Result<WriteAccess<'b>> {
+        let logging = self.journal.logging();
+        if logging {
             self.journal.join(buf, &mut self.credits)?;
-        } else {
-            buf.mark_dirty();
         }
-        Ok(())
+        Ok(WriteAccess {
+            buf,
+            mark_dirty: !logging,
+        })
     }
 
     /// Makes the handle synchronous: `stop` returns once it is durable
