@@ -404,3 +404,49 @@ fn an_orphan_left_by_a_crash_is_freed_at_the_next_mount() {
     fs.unmount().unwrap();
     assert_clean(&crashed, "after the orphan was freed");
 }
+
+/// O_TMPFILE (ext4_tmpfile): the file starts on the orphan chain with no
+/// links, so a crash frees it at the next mount, and its last release
+/// frees it while mounted; a link gives it a name and takes it off the
+/// chain, and then it survives like any file.
+#[test]
+fn a_tmpfile_is_an_orphan_until_linked() {
+    let mem = fresh(64 << 20, 4096);
+    let fs = mount(&mem, false);
+    let free_before = fs.statfs().unwrap();
+    let (t, inode) = fs.tmpfile(ROOT, 0o100600, ME, 0o022).unwrap();
+    assert_eq!(inode.i_links_count, 0);
+    fs.open(t).unwrap();
+    fs.write(t, 0, &vec![7u8; 1 << 20], true).unwrap();
+    fs.fsync(t, false).unwrap();
+    let crashed = Arc::new(MemoryDevice::from_vec(mem.snapshot()));
+    fs.release(t).unwrap();
+    assert_eq!(
+        fs.statfs().unwrap(),
+        free_before,
+        "released, the tmpfile's inode and blocks are free"
+    );
+
+    let (kept, _) = fs.tmpfile(ROOT, 0o100644, ME, 0).unwrap();
+    fs.open(kept).unwrap();
+    fs.write(kept, 0, b"named later", true).unwrap();
+    let linked = fs.link(kept, ROOT, b"named").unwrap();
+    assert_eq!(linked.i_links_count, 1);
+    fs.release(kept).unwrap();
+    fs.unmount().unwrap();
+    assert_clean(&mem, "after a tmpfile was freed and another linked");
+    let fs = mount(&mem, false);
+    let (ino, _) = fs.lookup(ROOT, b"named").unwrap();
+    assert_eq!(fs.read(ino, 0, 11).unwrap(), b"named later");
+    fs.unmount().unwrap();
+    drop(fs);
+
+    let fs = mount(&crashed, false);
+    assert_eq!(
+        fs.statfs().unwrap(),
+        free_before,
+        "the crashed tmpfile was freed at mount"
+    );
+    fs.unmount().unwrap();
+    assert_clean(&crashed, "after a crash with a tmpfile open");
+}

@@ -267,6 +267,17 @@ impl Filesystem {
         })
     }
 
+    /// Refuses a parent that is not a directory, or one already removed.
+    fn live_dir(dst: &InodeState) -> Result<()> {
+        if !dst.disk.is_dir() {
+            return Err(FsError::NotDir);
+        }
+        if dst.disk.i_links_count == 0 {
+            return Err(FsError::NotFound);
+        }
+        Ok(())
+    }
+
     /// Creates a child of `parent`, letting `init` fill it before it is
     /// written and linked in.
     fn create_entry(
@@ -280,12 +291,7 @@ impl Filesystem {
     ) -> Result<(InodeNo, Inode)> {
         let dir = self.iget(parent)?;
         let mut dst = dir.state.write();
-        if !dst.disk.is_dir() {
-            return Err(FsError::NotDir);
-        }
-        if dst.disk.i_links_count == 0 {
-            return Err(FsError::NotFound);
-        }
+        Self::live_dir(&dst)?;
         if self.dir_lookup(parent, &mut dst, name)?.is_some() {
             return Err(FsError::Exists);
         }
@@ -363,6 +369,65 @@ impl Filesystem {
             self.dir_link_inc(&mut dst.disk);
         }
         self.write_inode(h, parent, &dst.disk)?;
+        let disk = st.disk.clone();
+        self.iget_new(ino, st.disk);
+        Ok((ino, disk))
+    }
+
+    /// open(O_TMPFILE): a regular file in no directory, with no links,
+    /// on the orphan list from the start (ext4_tmpfile), so that a crash
+    /// frees it. `parent` gives its group, owner group and ACLs. It lives
+    /// while open, and a link (linkat with AT_EMPTY_PATH) gives it a name.
+    pub fn tmpfile(
+        &self,
+        parent: InodeNo,
+        mode: u16,
+        who: Caller,
+        umask: u16,
+    ) -> Result<(InodeNo, Inode)> {
+        self.check_writable()?;
+        if mode & fi::S_IFMT != fi::S_IFREG {
+            return Err(FsError::Invalid("O_TMPFILE of a file that is not regular"));
+        }
+        let dir = self.iget(parent)?;
+        let mut dst = dir.state.write();
+        Self::live_dir(&dst)?;
+        super::flags::may_create_in(&dst.disk)?;
+        let mut h = self.journal.start(NAMEI_CREDITS)?;
+        let res = self.tmpfile_in(&mut h, parent, &mut dst, (mode, umask), who);
+        let stop = h.stop();
+        let out = res?;
+        stop?;
+        Ok(out)
+    }
+
+    fn tmpfile_in(
+        &self,
+        h: &mut Handle<'_>,
+        parent: InodeNo,
+        dst: &mut InodeState,
+        (mode, umask): (u16, u16),
+        who: Caller,
+    ) -> Result<(InodeNo, Inode)> {
+        let (ino, mut st) =
+            self.new_inode(h, parent, mode, who, (dst.disk.i_mode, dst.disk.i_gid))?;
+        st.disk.i_flags = super::flags::inherited(&dst.disk, mode);
+        st.disk.i_links_count = 0;
+        let made = self
+            .init_acl(h, parent, dst, ino, &mut st, umask)
+            .and_then(|()| self.orphan_add(h, ino, &mut st))
+            .and_then(|()| self.write_inode(h, ino, &st.disk));
+        if let Err(e) = made {
+            if st.disk.i_file_acl != 0 {
+                if let Err(r) = self.xattr_release_block(h, ino, &mut st) {
+                    tracing::error!(inode = ino.0, "undoing a failed O_TMPFILE: {r}");
+                }
+            }
+            if let Err(r) = self.free_inode(h, ino, false) {
+                tracing::error!(inode = ino.0, "undoing a failed O_TMPFILE: {r}");
+            }
+            return Err(e);
+        }
         let disk = st.disk.clone();
         self.iget_new(ino, st.disk);
         Ok((ino, disk))
@@ -492,14 +557,23 @@ impl Filesystem {
         if st.disk.i_links_count >= EXT3_LINK_MAX {
             return Err(FsError::TooManyLinks);
         }
-        if st.disk.i_links_count == 0 {
+        // An inode with no links is linked only as an O_TMPFILE's is: the
+        // kernel allows it for those alone (I_LINKABLE). It leaves the
+        // orphan list, as in ext4_link.
+        if st.freed {
             return Err(FsError::NotFound);
         }
+        let was_orphan = st.disk.i_links_count == 0;
         let mut h = self.start_dirop(&dst.disk)?;
         let ft = self.dirent_type(st.disk.i_mode);
         let res = self
             .dir_add(&mut h, parent, &mut dst, name, ino, ft)
             .and_then(|()| {
+                if was_orphan {
+                    self.orphan_del(&mut h, ino)?;
+                    // It was the chain's link; a linked inode has none.
+                    st.disk.i_dtime = 0;
+                }
                 let t = now();
                 st.disk.i_links_count += 1;
                 st.disk.i_ctime = t;

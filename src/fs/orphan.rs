@@ -46,7 +46,7 @@ impl Filesystem {
     /// orphan's slot, so the two never undo each other's link: the buffer
     /// joins the handle first, and the pointer is looked up again under the
     /// lock in case the chain changed meanwhile.
-    fn orphan_del(&self, h: &mut Handle<'_>, ino: InodeNo) -> Result<()> {
+    pub(crate) fn orphan_del(&self, h: &mut Handle<'_>, ino: InodeNo) -> Result<()> {
         loop {
             let pointer = {
                 let list = self.orphans.lock();

@@ -455,6 +455,7 @@ pub fn decode<'a>(h: &InHeader, op_in: &'a [u8], payload: &'a [u8]) -> Result<Op
             mask: le_u32(a.arg(ACCESS_IN_SIZE, "fuse_access_in")?, 0) as i32,
         },
         FUSE_CREATE => create(&a, ino)?,
+        FUSE_TMPFILE => tmpfile(&a, ino)?,
         FUSE_IOCTL => ioctl(&a, ino)?,
         FUSE_FALLOCATE => fallocate(&a, ino)?,
         FUSE_LSEEK => lseek(&a, ino)?,
@@ -632,6 +633,17 @@ fn create<'a>(a: &Args<'a>, parent: u64) -> Result<Op<'a>, DecodeError> {
         mode: le_u32(s, 4),
         umask: le_u32(s, 8),
         flags: le_u32(s, 0) as i32,
+    })
+}
+
+/// O_TMPFILE: a `fuse_create_in` as for CREATE; the name that follows
+/// is the kernel's placeholder for a nameless dentry, and is not used.
+fn tmpfile<'a>(a: &Args<'a>, parent: u64) -> Result<Op<'a>, DecodeError> {
+    let s = a.arg(CREATE_IN_SIZE, "fuse_create_in")?;
+    Ok(Op::Tmpfile {
+        parent,
+        mode: le_u32(s, 4),
+        umask: le_u32(s, 8),
     })
 }
 

@@ -453,9 +453,22 @@ impl JbdFuse {
     fn create(&self, ctx: &Ctx, parent: NodeId, name: &[u8], mode: u16, umask: u16) -> Outcome {
         let made = self
             .fs
-            .mknod_umask(to_ext3(parent), name, mode, 0, caller(ctx), umask)
-            .and_then(|(ino, inode)| self.fs.open(ino).map(|()| (ino, inode)));
-        self.done(made, |(ino, inode)| {
+            .mknod_umask(to_ext3(parent), name, mode, 0, caller(ctx), umask);
+        self.open_created(made)
+    }
+
+    /// O_TMPFILE: a file with no name, on the orphan list until it is
+    /// linked in (linkat with AT_EMPTY_PATH) or its last user lets go.
+    fn tmpfile(&self, ctx: &Ctx, parent: NodeId, mode: u16, umask: u16) -> Outcome {
+        let made = self.fs.tmpfile(to_ext3(parent), mode, caller(ctx), umask);
+        self.open_created(made)
+    }
+
+    /// CREATE's and TMPFILE's answer: the new inode, open, and known to
+    /// the kernel.
+    fn open_created(&self, made: Result<(InodeNo, Inode), FsError>) -> Outcome {
+        let opened = made.and_then(|(ino, inode)| self.fs.open(ino).map(|()| (ino, inode)));
+        self.done(opened, |(ino, inode)| {
             self.fs.remember(ino);
             let open = OpenOut {
                 fh: 0,
@@ -727,6 +740,11 @@ impl JbdFuse {
                 umask,
                 ..
             } => self.create(ctx, parent, name, mode as u16, Self::umask(umask)),
+            Op::Tmpfile {
+                parent,
+                mode,
+                umask,
+            } => self.tmpfile(ctx, parent, mode as u16, Self::umask(umask)),
             Op::Ioctl {
                 ino,
                 cmd,

@@ -189,6 +189,13 @@ pub enum Op<'a> {
         umask: u32,
         flags: i32,
     },
+    /// open(O_TMPFILE) in `parent` (io_uring only: fuser 0.18 does not
+    /// know the opcode, so over /dev/fuse the kernel is told ENOSYS).
+    Tmpfile {
+        parent: NodeId,
+        mode: u32,
+        umask: u32,
+    },
     Ioctl {
         ino: NodeId,
         cmd: u32,
@@ -256,6 +263,7 @@ impl Op<'_> {
             Op::Fsyncdir { .. } => "fsyncdir",
             Op::Access { .. } => "access",
             Op::Create { .. } => "create",
+            Op::Tmpfile { .. } => "tmpfile",
             Op::Ioctl { .. } => "ioctl",
             Op::Fallocate { .. } => "fallocate",
             Op::CopyFileRange { .. } => "copy_file_range",
@@ -274,7 +282,8 @@ impl Op<'_> {
             | Op::Unlink { parent, .. }
             | Op::Rmdir { parent, .. }
             | Op::Rename { parent, .. }
-            | Op::Create { parent, .. } => parent,
+            | Op::Create { parent, .. }
+            | Op::Tmpfile { parent, .. } => parent,
             Op::Getattr { ino }
             | Op::Setattr { ino, .. }
             | Op::Readlink { ino }
