@@ -21,6 +21,9 @@ pub const S_IFBLK: u16 = 0o060000;
 pub const S_IFDIR: u16 = 0o040000;
 pub const S_IFCHR: u16 = 0o020000;
 pub const S_IFIFO: u16 = 0o010000;
+pub const S_ISUID: u16 = 0o4000;
+pub const S_ISGID: u16 = 0o2000;
+pub const S_IXGRP: u16 = 0o0010;
 
 /// i_flags bits, as in the kernel's ext3_fs.h.
 pub mod flags {

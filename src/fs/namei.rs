@@ -667,6 +667,34 @@ impl Filesystem {
         Ok(gone)
     }
 
+    /// What a change to a regular file's contents by a caller without
+    /// CAP_FSETID does to its set-ID bits (the kernel's
+    /// setattr_should_drop_suidgid): set-user-ID goes, and set-group-ID
+    /// too when the group may execute the file or the caller is not in
+    /// its group (`in_group`). FUSE applies an older rule itself (it keeps
+    /// set-group-ID on a file its group may not execute), so the FUSE
+    /// layer finishes the job after fallocate. Returns whether the mode
+    /// changed.
+    pub fn remove_privs(&self, ino: InodeNo, in_group: &dyn Fn(u32) -> bool) -> Result<bool> {
+        self.check_writable()?;
+        let inode = self.iget(ino)?;
+        let mut st = inode.state.write();
+        let mode = st.disk.i_mode;
+        let mut kill = mode & fi::S_ISUID;
+        let group_exec = mode & fi::S_IXGRP != 0;
+        if mode & fi::S_ISGID != 0 && (group_exec || !in_group(st.disk.i_gid)) {
+            kill |= fi::S_ISGID;
+        }
+        if kill == 0 || !st.disk.is_reg() {
+            return Ok(false);
+        }
+        let h = self.journal.start(1)?;
+        st.disk.i_mode &= !kill;
+        st.disk.i_ctime = now();
+        self.write_inode_and_stop(h, ino, &st.disk, Ok(()))?;
+        Ok(true)
+    }
+
     /// setattr: mode, owner, size and times.
     pub fn setattr(&self, ino: InodeNo, attr: &SetAttr, who: Caller) -> Result<Inode> {
         self.check_writable()?;

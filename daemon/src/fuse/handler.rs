@@ -505,18 +505,33 @@ impl JbdFuse {
     /// block-mapped file (docs/ARCHITECTURE.md, "fallocate").
     fn fallocate(&self, ctx: &Ctx, ino: NodeId, offset: u64, length: u64, mode: i32) -> Outcome {
         const PUNCH: i32 = libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE;
-        if mode == PUNCH {
-            let res = self.fs.punch_hole(to_ext3(ino), offset, length);
-            return self.done(res, |()| Answer::Empty);
-        }
-        if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
+        let res = if mode == PUNCH {
+            self.fs.punch_hole(to_ext3(ino), offset, length)
+        } else if mode & !libc::FALLOC_FL_KEEP_SIZE != 0 {
             return Err(Errno::from_i32(libc::EOPNOTSUPP));
-        }
-        let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
-        let res = self
-            .fs
-            .fallocate(to_ext3(ino), offset, length, keep_size, ctx.uid == 0);
+        } else {
+            let keep_size = mode & libc::FALLOC_FL_KEEP_SIZE != 0;
+            self.fs
+                .fallocate(to_ext3(ino), offset, length, keep_size, ctx.uid == 0)
+        };
+        let res = res.and_then(|()| self.remove_privs(ctx, ino));
         self.done(res, |()| Answer::Empty)
+    }
+
+    /// After a change to a file's contents: the set-ID bits the kernel's
+    /// rule drops for this caller (root counts as holding CAP_FSETID), and
+    /// the kernel told that its cached mode is stale when they changed.
+    fn remove_privs(&self, ctx: &Ctx, ino: NodeId) -> Result<(), FsError> {
+        if ctx.uid == 0 {
+            return Ok(());
+        }
+        let in_group = |gid| keeps_sgid(ctx, gid);
+        if self.fs.remove_privs(to_ext3(ino), &in_group)? {
+            if let Some(k) = self.kernel.get() {
+                k.attributes_changed(ino);
+            }
+        }
+        Ok(())
     }
 
     /// OPEN: the flags' checks (no writing open of an immutable file, no
