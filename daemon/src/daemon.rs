@@ -74,6 +74,9 @@ pub struct DaemonConfig {
     pub max_map: u32,
     /// -o acl / -o noacl (`None`: the superblock's default mount options).
     pub acl: Option<bool>,
+    /// -o noload / norecovery: a read-only mount does not replay the
+    /// journal (ext3's noload); refused without -o ro.
+    pub noload: bool,
     /// The options as parsed, for a remount to compare its own with.
     pub mount_options: crate::options::MountOptions,
     /// -o nbd_timeout=SECONDS: how long an NBD source's client retries a
@@ -102,7 +105,7 @@ pub fn open_recorded(
 /// [`open_recorded`], with a handle on the backing store that tells when
 /// everything holding it (and so its lock) has let go.
 fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
-    if cfg.read_only {
+    if cfg.read_only && !cfg.noload {
         recover_for_read_only(cfg)?;
     }
     // A read-only mount of an image that can be written opens it for
@@ -262,7 +265,7 @@ fn open_source(
             jbdfs::device::open::open(&source, &opts).map_err(|e| anyhow::anyhow!("{src}: {e}"))?;
         return Ok((opened, None));
     };
-    let dev = open_file(path, opts)?;
+    let dev = open_file(path, &cfg.mountpoint, opts)?;
     let claim = match opts.shared_lock {
         true => Some(
             dev.writer_claim()
@@ -278,8 +281,11 @@ fn open_source(
 }
 
 /// Opens an image file or block device, or refuses with who holds it: at
-/// once when it is mounted, after [`LOCK_WAIT`] when it is only locked.
-fn open_file(source: &Path, opts: OpenOptions) -> anyhow::Result<FileDevice> {
+/// once when it is mounted elsewhere, after [`LOCK_WAIT`] when it is only
+/// locked or is mounted on `mountpoint` itself (an unmount of it may be
+/// under way: `umount DIR & mount IMAGE DIR`, fstests generic/604).
+fn open_file(source: &Path, mountpoint: &Path, opts: OpenOptions) -> anyhow::Result<FileDevice> {
+    let here = std::fs::canonicalize(mountpoint).ok();
     let deadline = Instant::now() + LOCK_WAIT;
     loop {
         let err = match FileDevice::open(source, opts) {
@@ -289,7 +295,8 @@ fn open_file(source: &Path, opts: OpenOptions) -> anyhow::Result<FileDevice> {
         let Some(busy) = lock::in_use(&err) else {
             return Err(anyhow::anyhow!("{}: {err}", source.display()));
         };
-        if busy.holder.mountpoint.is_some() || Instant::now() >= deadline {
+        let elsewhere = busy.holder.mountpoint.is_some() && busy.holder.mountpoint != here;
+        if elsewhere || Instant::now() >= deadline {
             return Err(anyhow::anyhow!("{busy}"));
         }
         tracing::debug!("{busy}: waiting for it to let go");

@@ -38,6 +38,8 @@ jbdfs options (-o):
   errors=continue|remount-ro|panic
   acl, noacl                       POSIX ACLs on or off (default: the superblock's
                                    default mount options; mke2fs and mkfs.jbdfs set acl)
+  noload, norecovery               with ro: do not replay the journal (the image as it
+                                   is on disk, which may be inconsistent)
   cache_size=BYTES[K|M|G]          buffer cache size
   threads=N                        FUSE worker threads (1-1024, default 8)
   direct                           O_DIRECT on the backing store
@@ -112,6 +114,10 @@ fn run(args: Args) -> anyhow::Result<()> {
             .collect();
         return jbdfs_daemon::remount::request(&args.mountpoint, &words);
     }
+    if opts.noload && !opts.read_only {
+        // As ext4: a read-write mount must replay what the journal holds.
+        anyhow::bail!("-o noload (norecovery) needs -o ro: a read-write mount replays the journal");
+    }
     check_source(&args.source)?;
     check_mountpoint(&args.mountpoint)?;
     // libfuse's rule: debug output is only visible if we do not daemonize.
@@ -161,6 +167,7 @@ fn run(args: Args) -> anyhow::Result<()> {
             .map_err(anyhow::Error::msg)?,
         max_map: opts.max_map.filter(|&n| n > 0).unwrap_or(u32::MAX),
         acl: opts.acl,
+        noload: opts.noload,
         nbd_timeout: std::time::Duration::from_secs(opts.nbd_timeout.into()),
         nbd_connections: opts.nbd_connections,
         mount_options: opts.clone(),

@@ -218,6 +218,9 @@ pub struct MountOptions {
     /// `-o noacl`, `None` to follow the superblock's default mount options
     /// (mke2fs sets `acl` there), as ext3 does.
     pub acl: Option<bool>,
+    /// `-o noload` (ext3's name) or `-o norecovery` (ext4's): a read-only
+    /// mount shows the image as it is, without replaying its journal.
+    pub noload: bool,
     /// Seconds an NBD source may stay unreachable before I/O fails
     /// (`-o nbd_timeout=SECONDS`).
     pub nbd_timeout: u32,
@@ -393,6 +396,7 @@ impl Default for MountOptions {
             dirsync: false,
             sync: false,
             acl: None,
+            noload: false,
             nbd_timeout: DEFAULT_NBD_TIMEOUT_SECS,
             nbd_connections: 1,
             generic: Vec::new(),
@@ -494,6 +498,7 @@ impl MountOptions {
             "nobarrier" => self.barrier = !flag(key, value)?,
             "acl" => self.acl = Some(flag(key, value)?),
             "noacl" => self.acl = Some(!flag(key, value)?),
+            "noload" | "norecovery" => self.noload = flag(key, value)?,
             "errors" => {
                 self.errors = choice(
                     key,
@@ -1021,7 +1026,17 @@ mod tests {
         // Case matters, as in the kernel.
         assert_eq!(parse_err("NoAtime"), OptionError::Unknown("NoAtime".into()));
         // ext3 options jbdfs has no equivalent for are refused, not ignored.
-        assert_eq!(parse_err("noload"), OptionError::Unknown("noload".into()));
+        assert_eq!(
+            parse_err("journal_dev=8"),
+            OptionError::Unknown("journal_dev".into())
+        );
+    }
+
+    #[test]
+    fn noload_and_norecovery_are_one_option() {
+        assert!(!parse("").noload);
+        assert!(parse("noload").noload);
+        assert!(parse("ro,norecovery").noload);
     }
 
     #[test]

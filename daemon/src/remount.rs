@@ -52,6 +52,8 @@ const FIXED: &[&str] = &[
     "data",
     "acl",
     "noacl",
+    "noload",
+    "norecovery",
     "cache_size",
     "threads",
     "direct",

@@ -110,6 +110,7 @@ impl Mounted {
             devsim: None,
             max_map: u32::MAX,
             acl: None,
+            noload: false,
             nbd_timeout: Duration::from_secs(30),
             nbd_connections: 1,
             mount_options: Default::default(),

@@ -300,6 +300,83 @@ fn a_read_only_mount_after_a_crash_replays_the_journal() {
     assert_e2fsck_clean(&img.path, "the image after a read-only mount that replayed");
 }
 
+/// `-o ro,noload` (ext4's `norecovery`) mounts a crashed image without
+/// replaying its journal, as ext3 does: what only the log holds is not
+/// seen, and the image still needs recovery afterwards; without `ro` the
+/// option is refused, and a remount read-write is refused too.
+#[test]
+fn noload_mounts_read_only_without_replaying() {
+    if !is_root() || !Path::new("/dev/fuse").exists() {
+        eprintln!("skipping: needs root and /dev/fuse");
+        return;
+    }
+    let img = jbdfs_image(4096);
+    let dir = TempDir::new("noload");
+    let _unmount = daemon_common::UnmountOnDrop(dir.path.clone());
+    let transport = daemon_common::transport();
+    let _turn = transport.turn();
+    let opts = |extra: &str| format!("{}{extra}", transport.option());
+    let mut child = spawn_daemon(&img.path, &dir.path, &opts(""));
+    wait_mounted(&dir.path);
+    {
+        use std::io::Write;
+        let mut f = std::fs::File::create(dir.path.join("logged")).unwrap();
+        f.write_all(&data(1)).unwrap();
+        f.sync_all().unwrap();
+    }
+    child.kill().unwrap();
+    let _ = child.wait();
+    run("umount", ["-l", dir.path.to_str().unwrap()]);
+
+    let refused = run(
+        env!("CARGO_BIN_EXE_jbdfs"),
+        [
+            "-f",
+            img.path_str(),
+            dir.path.to_str().unwrap(),
+            "-o",
+            &opts(",noload"),
+        ],
+    );
+    assert!(!refused.success(), "noload without ro mounted");
+    assert!(
+        refused.stderr.contains("needs -o ro"),
+        "{}",
+        refused.describe()
+    );
+
+    let mut child = spawn_daemon(&img.path, &dir.path, &opts(",ro,norecovery"));
+    wait_mounted(&dir.path);
+    assert!(
+        !dir.path.join("logged").exists(),
+        "a file only the log holds is seen without replay"
+    );
+    let remount = run(
+        env!("CARGO_BIN_EXE_jbdfs"),
+        [
+            img.path_str(),
+            dir.path.to_str().unwrap(),
+            "-o",
+            "remount,rw",
+        ],
+    );
+    assert!(!remount.success(), "remount,rw of an unreplayed image");
+    daemon_common::umount_retrying(&dir.path);
+    let _ = child.wait();
+    assert!(
+        dumpe2fs_header(&img.path)
+            .features()
+            .contains("needs_recovery"),
+        "noload leaves the journal to replay"
+    );
+    let mut child = spawn_daemon(&img.path, &dir.path, &opts(""));
+    wait_mounted(&dir.path);
+    assert_eq!(std::fs::read(dir.path.join("logged")).unwrap(), data(1));
+    daemon_common::umount_retrying(&dir.path);
+    let _ = child.wait();
+    assert_e2fsck_clean(&img.path, "after the replay that noload left");
+}
+
 #[test]
 fn data_journal_logs_file_data_and_survives_a_crash() {
     for bs in [1024, 4096, 65536] {
