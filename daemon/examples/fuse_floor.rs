@@ -268,7 +268,9 @@ impl Floor {
             Op::Read {
                 ino, offset, size, ..
             } => self.read(ino, offset, size),
-            Op::Write { ino, offset, data } => self.write(ino, offset, data.len()),
+            Op::Write {
+                ino, offset, data, ..
+            } => self.write(ino, offset, data.len()),
             // ENOSYS: the kernel stops sending FLUSH, as it does for jbdfs.
             Op::Flush { .. } => err(libc::ENOSYS),
             Op::Fsync { .. } | Op::Release { .. } | Op::Releasedir { .. } => Ok(Answer::Empty),

@@ -272,8 +272,35 @@ impl Filesystem {
         }
     }
 
-    /// Writes `data` at `offset`, allocating blocks as needed.
+    /// Writes `data` at `offset`, allocating blocks as needed; mtime and
+    /// ctime move.
     pub fn write(&self, ino: InodeNo, offset: u64, data: &[u8], privileged: bool) -> Result<usize> {
+        self.write_times(ino, offset, data, privileged, true)
+    }
+
+    /// A write-back from the kernel's page cache (FUSE_WRITE_CACHE). Under
+    /// FUSE's writeback cache the kernel owns a file's mtime and ctime: it
+    /// sends them in a SETATTR of its own, which may arrive before this
+    /// write (write-back requests are sent in the background), so the
+    /// write leaves them as they are.
+    pub fn write_back(
+        &self,
+        ino: InodeNo,
+        offset: u64,
+        data: &[u8],
+        privileged: bool,
+    ) -> Result<usize> {
+        self.write_times(ino, offset, data, privileged, false)
+    }
+
+    fn write_times(
+        &self,
+        ino: InodeNo,
+        offset: u64,
+        data: &[u8],
+        privileged: bool,
+        touch_times: bool,
+    ) -> Result<usize> {
         if self.mounted_read_only() {
             return Err(FsError::ReadOnly);
         }
@@ -314,7 +341,7 @@ impl Filesystem {
                 self.data.throttle();
             }
             let at = offset + written as u64;
-            match self.write_handle(ino, &mut st, at, piece, privileged) {
+            match self.write_handle(ino, &mut st, at, piece, (privileged, touch_times)) {
                 Ok(0) => break,
                 Ok(n) => written += n,
                 Err(FsError::NoSpace) if self.should_retry_alloc(&mut retries) => {}
@@ -371,7 +398,7 @@ impl Filesystem {
         st: &mut InodeState,
         offset: u64,
         data: &[u8],
-        privileged: bool,
+        (privileged, touch_times): (bool, bool),
     ) -> Result<usize> {
         let mut h = self.journal.start(self.write_credits(data.len()))?;
         let done = self.write_runs(&mut h, ino, st, offset, data, privileged);
@@ -381,9 +408,11 @@ impl Filesystem {
             if end > st.disk.i_size {
                 st.disk.i_size = end;
             }
-            let t = now();
-            st.disk.i_mtime = t;
-            st.disk.i_ctime = t;
+            if touch_times {
+                let t = now();
+                st.disk.i_mtime = t;
+                st.disk.i_ctime = t;
+            }
         }
         let wrote_inode = self.write_inode(&mut h, ino, &st.disk);
         let stopped = h.stop();

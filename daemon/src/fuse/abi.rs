@@ -143,6 +143,8 @@ const LINK_IN_SIZE: usize = 8;
 const OPEN_IN_SIZE: usize = 8;
 const READ_IN_SIZE: usize = 40;
 const WRITE_IN_SIZE: usize = 40;
+/// `fuse_write_in.write_flags`: a delayed write from the page cache.
+const FUSE_WRITE_CACHE: u32 = 1 << 0;
 const FSYNC_IN_SIZE: usize = 16;
 const SETXATTR_IN_SIZE: usize = 8;
 const GETXATTR_IN_SIZE: usize = 8;
@@ -578,6 +580,7 @@ fn write<'a>(a: &Args<'a>, ino: u64) -> Result<Op<'a>, DecodeError> {
         ino,
         offset: le_u64(s, 8),
         data,
+        from_cache: le_u32(s, 20) & FUSE_WRITE_CACHE != 0,
     })
 }
 
@@ -1055,7 +1058,8 @@ mod tests {
                 Op::Write {
                     ino: 8,
                     offset: 4096,
-                    data: b"abcde"
+                    data: b"abcde",
+                    from_cache: false
                 }
             ),
             "{op:?}"

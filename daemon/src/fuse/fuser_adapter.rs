@@ -449,7 +449,7 @@ impl<H: Handler> fuser::Filesystem for FuserAdapter<H> {
         _fh: FileHandle,
         offset: u64,
         data: &[u8],
-        _wflags: WriteFlags,
+        wflags: WriteFlags,
         _flags: OpenFlags,
         _lock: Option<LockOwner>,
         reply: ReplyWrite,
@@ -458,6 +458,7 @@ impl<H: Handler> fuser::Filesystem for FuserAdapter<H> {
             ino: ino.0,
             offset,
             data,
+            from_cache: wflags.contains(WriteFlags::FUSE_WRITE_CACHE),
         };
         self.run(req, op, Fuser(reply));
     }

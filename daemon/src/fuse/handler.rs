@@ -544,19 +544,23 @@ impl JbdFuse {
             .may_open(ext, flags)
             .and_then(|how| self.fs.open(ext).map(|()| how));
         let mode = flags & libc::O_ACCMODE;
+        // Under strictatime every access counts, so an open for reading
+        // only counts its reads too, as an open for reading and writing
+        // always does (an open that never reads moves nothing).
+        let strict = self.fs.atime_policy().mode == jbdfs::fs::atime::AtimeMode::Strict;
+        let on_read = mode == libc::O_RDWR || (mode == libc::O_RDONLY && strict);
         self.done(opened, |how| {
-            if mode == libc::O_RDONLY {
+            if mode == libc::O_RDONLY && !on_read {
                 self.access_seen(ino);
             }
-            // An open for reading and writing drops the cached pages
-            // (no FOPEN_KEEP_CACHE), so that its first read reaches the
-            // daemon and counts as the access.
-            let (fh, flags) = match mode {
-                libc::O_RDWR => (
+            // Counted at its reads, an open drops the cached pages (no
+            // FOPEN_KEEP_CACHE), so that its first read reaches the daemon.
+            let (fh, flags) = match on_read {
+                true => (
                     FH_ATIME_ON_READ,
                     self.open_flags_for(how.sync) & !FOPEN_KEEP_CACHE,
                 ),
-                _ => (0, self.open_flags_for(how.sync)),
+                false => (0, self.open_flags_for(how.sync)),
             };
             Answer::Open(OpenOut { fh, flags })
         })
@@ -715,8 +719,16 @@ impl JbdFuse {
                 offset,
                 size,
             } => self.read(ino, fh, offset, size),
-            Op::Write { ino, offset, data } => {
-                let res = fs.write(to_ext3(ino), offset, data, ctx.uid == 0);
+            Op::Write {
+                ino,
+                offset,
+                data,
+                from_cache,
+            } => {
+                let res = match from_cache {
+                    true => fs.write_back(to_ext3(ino), offset, data, ctx.uid == 0),
+                    false => fs.write(to_ext3(ino), offset, data, ctx.uid == 0),
+                };
                 self.done(res, |n| Answer::Written(n as u32))
             }
             Op::Statfs => self.statfs(),

@@ -126,6 +126,9 @@ pub enum Op<'a> {
         ino: NodeId,
         offset: u64,
         data: &'a [u8],
+        /// FUSE_WRITE_CACHE: a write-back from the page cache, whose
+        /// mtime and ctime the kernel sends itself.
+        from_cache: bool,
     },
     Statfs,
     Release {
