@@ -527,3 +527,55 @@ fn dir_nlink_images_mount_read_write_and_stay_clean() {
     drop(fs);
     e2fsck_clean(&img);
 }
+
+/// RENAME_WHITEOUT (overlayfs's): the file moves and its old name is left
+/// pointing at a whiteout, a character device 0:0 with no permission bits
+/// owned by the caller, made in the same transaction; with EXCHANGE it is
+/// refused. e2fsck -fn is clean, and Linux's debugfs sees the device.
+#[test]
+fn rename_whiteout_leaves_a_whiteout_at_the_old_name() {
+    use jbdfs::fs::namei::RenameFlags;
+    let img = image(32 << 20, 4096);
+    let fs = mount(&img);
+    let (f, _) = fs.mknod(ROOT, b"upper", 0o100644, 0, ME).unwrap();
+    fs.write(f, 0, b"moved", true).unwrap();
+    let who = Caller {
+        uid: 1000,
+        gid: 100,
+    };
+    let whiteout = RenameFlags {
+        whiteout: Some(who),
+        ..Default::default()
+    };
+    fs.rename(ROOT, b"upper", ROOT, b"moved", whiteout).unwrap();
+    assert_eq!(fs.lookup(ROOT, b"moved").unwrap().0, f);
+    let (w, wi) = fs.lookup(ROOT, b"upper").unwrap();
+    assert_ne!(w, f);
+    assert_eq!(
+        wi.i_mode, 0o020000,
+        "a character device with no permissions"
+    );
+    assert_eq!((wi.i_uid, wi.i_gid), (1000, 100));
+    let (d, _) = fs.mkdir(ROOT, b"d", 0o755, ME).unwrap();
+    fs.rename(ROOT, b"moved", d, b"again", whiteout).unwrap();
+    assert!(
+        fs.lookup(ROOT, b"moved").is_ok(),
+        "a whiteout across directories"
+    );
+    let both = RenameFlags {
+        exchange: true,
+        whiteout: Some(who),
+        ..Default::default()
+    };
+    assert!(fs.rename(d, b"again", ROOT, b"upper", both).is_err());
+    fs.unmount().unwrap();
+    drop(fs);
+    e2fsck_clean(&img);
+    let out = Command::new("debugfs")
+        .args(["-R", "stat /upper"])
+        .arg(&img.0)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("Type: character special"), "{text}");
+}

@@ -55,7 +55,7 @@ impl Filesystem {
 const NAMEI_CREDITS: u32 = 32;
 
 /// Who is asking, for new inodes' owners and reserved blocks.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Caller {
     pub uid: u32,
     pub gid: u32,
@@ -88,10 +88,13 @@ pub struct SetAttr {
 pub struct RenameFlags {
     pub noreplace: bool,
     pub exchange: bool,
+    /// RENAME_WHITEOUT: the old name is left pointing at a whiteout (a
+    /// character device 0:0, as overlayfs reads it) owned by this caller.
+    pub whiteout: Option<Caller>,
 }
 
 impl Filesystem {
-    fn dirent_type(&self, mode: u16) -> u8 {
+    pub(super) fn dirent_type(&self, mode: u16) -> u8 {
         if !self.sb.lock().has_incompat(feature::INCOMPAT_FILETYPE) {
             return de::EXT2_FT_UNKNOWN;
         }
@@ -181,7 +184,7 @@ impl Filesystem {
     }
 
     /// A new inode of `mode` owned by the caller, written and installed.
-    fn new_inode(
+    pub(super) fn new_inode(
         &self,
         h: &mut Handle<'_>,
         parent: InodeNo,

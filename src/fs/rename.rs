@@ -202,14 +202,14 @@ impl Filesystem {
             Some((t, tst)) => {
                 self.check_replace(&sst.disk, t.ino, tst)?;
                 self.dir_retarget(h, dir, st, nname, src.ino, src.file_type)?;
-                self.dir_remove(h, dir, st, oname)?;
+                self.vacate(h, dir, st, oname, flags)?;
                 if self.drop_target_link(h, t.ino, tst, st)? {
                     freed = Some(t.ino);
                 }
             }
             None => {
                 self.dir_add(h, dir, st, nname, src.ino, src.file_type)?;
-                self.dir_remove(h, dir, st, oname)?;
+                self.vacate(h, dir, st, oname, flags)?;
             }
         }
         sst.disk.i_ctime = now;
@@ -218,6 +218,31 @@ impl Filesystem {
         st.disk.i_ctime = now;
         self.write_inode(h, dir, &st.disk)?;
         Ok(freed)
+    }
+
+    /// The source's name goes, or with RENAME_WHITEOUT is pointed at a new
+    /// whiteout inode in the same transaction (ext4_whiteout_for_rename):
+    /// a character device 0:0 with no permission bits.
+    fn vacate(
+        &self,
+        h: &mut Handle<'_>,
+        dir: InodeNo,
+        dst: &mut InodeState,
+        name: &[u8],
+        flags: RenameFlags,
+    ) -> Result<()> {
+        let Some(who) = flags.whiteout else {
+            return self.dir_remove(h, dir, dst, name).map(|_| ());
+        };
+        let mode = crate::format::inode::S_IFCHR;
+        let parent = (dst.disk.i_mode, dst.disk.i_gid);
+        let (wino, mut wst) = self.new_inode(h, dir, mode, who, parent)?;
+        wst.disk.set_rdev(0, 0);
+        self.write_inode(h, wino, &wst.disk)?;
+        let ft = self.dirent_type(mode);
+        self.dir_retarget(h, dir, dst, name, wino, ft)?;
+        self.iget_new(wino, wst.disk);
+        Ok(())
     }
 
     /// Ends the rename's handle, then frees a replaced target nobody holds.
@@ -354,7 +379,7 @@ impl Filesystem {
                 }
                 self.dir_add(h, np, nst, nname, p.src, p.src_type)?;
             }
-            self.dir_remove(h, op, ost, oname)?;
+            self.vacate(h, op, ost, oname, flags)?;
             if src_is_dir {
                 self.dir_retarget(h, p.src, sst, b"..", np, de::EXT2_FT_DIR)?;
                 self.dir_link_dec(&mut ost.disk);
@@ -395,8 +420,12 @@ fn check_rename_flags(
     }
 }
 
-/// RENAME_NOREPLACE needs no target, RENAME_EXCHANGE needs one.
+/// RENAME_NOREPLACE needs no target, RENAME_EXCHANGE needs one and no
+/// whiteout.
 fn check_flags(flags: RenameFlags, target_exists: bool) -> Result<()> {
+    if flags.exchange && flags.whiteout.is_some() {
+        return Err(FsError::Invalid("RENAME_EXCHANGE with RENAME_WHITEOUT"));
+    }
     if flags.noreplace && target_exists {
         return Err(FsError::Exists);
     }

@@ -319,13 +319,20 @@ impl JbdFuse {
         (umask & 0o777) as u16
     }
 
-    fn rename(&self, p: NodeId, name: &[u8], np: NodeId, newname: &[u8], flags: u32) -> Outcome {
-        if flags & RENAME_WHITEOUT != 0 || flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE) != 0 {
+    fn rename(
+        &self,
+        ctx: &Ctx,
+        (p, name): (NodeId, &[u8]),
+        (np, newname): (NodeId, &[u8]),
+        flags: u32,
+    ) -> Outcome {
+        if flags & !(RENAME_NOREPLACE | RENAME_EXCHANGE | RENAME_WHITEOUT) != 0 {
             return Err(einval());
         }
         let f = RenameFlags {
             noreplace: flags & RENAME_NOREPLACE != 0,
             exchange: flags & RENAME_EXCHANGE != 0,
+            whiteout: (flags & RENAME_WHITEOUT != 0).then(|| caller(ctx)),
         };
         let res = self.fs.rename(to_ext3(p), name, to_ext3(np), newname, f);
         self.done(res, |()| Answer::Empty)
@@ -706,7 +713,7 @@ impl JbdFuse {
                 newparent,
                 newname,
                 flags,
-            } => self.rename(parent, name, newparent, newname, flags),
+            } => self.rename(ctx, (parent, name), (newparent, newname), flags),
             Op::Link {
                 ino,
                 newparent,
