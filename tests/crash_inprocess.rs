@@ -12,7 +12,7 @@ use std::sync::Arc;
 use jbdfs::device::{BlockDevice, Event, MemoryDevice, RecordingDevice};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::Caller;
-use jbdfs::fs::{Filesystem, MountConfig};
+use jbdfs::fs::{DataMode, Filesystem, MountConfig};
 
 const ROOT: InodeNo = InodeNo(2);
 const ROUNDS: usize = 3;
@@ -33,13 +33,13 @@ fn content(i: usize, round: usize) -> Vec<u8> {
 
 /// Runs the workload; returns the base image and, per fsync, the log
 /// position at which it returned and what the file then held.
-fn workload(data_journal: bool) -> (Vec<u8>, Vec<Event>, Vec<Synced>) {
+fn workload(mode: DataMode) -> (Vec<u8>, Vec<Event>, Vec<Synced>) {
     let mem = crash_common::fresh_image(16 << 20);
     let base = mem.snapshot();
     let rec = Arc::new(RecordingDevice::new(mem));
     let dev: Arc<dyn BlockDevice> = rec.clone();
     let cfg = MountConfig {
-        data_journal,
+        data: mode,
         ..Default::default()
     };
     let fs = Filesystem::mount(dev, &cfg).unwrap();
@@ -127,8 +127,9 @@ fn check_state(img: Vec<u8>, synced: &[Synced], upto: usize, tag: &str) {
     );
 }
 
-fn campaign(data_journal: bool, tag: &str) {
-    let (base, events, synced) = workload(data_journal);
+fn campaign(mode: DataMode) {
+    let tag = mode.name();
+    let (base, events, synced) = workload(mode);
     let flushes: Vec<usize> = events
         .iter()
         .enumerate()
@@ -154,10 +155,10 @@ fn campaign(data_journal: bool, tag: &str) {
 
 #[test]
 fn crash_at_many_points_ordered() {
-    campaign(false, "ordered");
+    campaign(DataMode::Ordered);
 }
 
 #[test]
 fn crash_at_many_points_data_journal() {
-    campaign(true, "journal");
+    campaign(DataMode::Journal);
 }

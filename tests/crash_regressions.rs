@@ -9,7 +9,7 @@ use std::sync::Arc;
 use jbdfs::device::{BlockDevice, Event, MemoryDevice, RecordingDevice};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::{Caller, SetAttr};
-use jbdfs::fs::{Filesystem, MountConfig};
+use jbdfs::fs::{DataMode, Filesystem, MountConfig};
 use jbdfs::journal::recovery::{recover, RecoverOptions};
 
 const ROOT: InodeNo = InodeNo(2);
@@ -26,13 +26,13 @@ fn fresh() -> Arc<MemoryDevice> {
 #[test]
 fn shrinking_truncate_never_zeroes_synced_bytes_inside_the_old_size() {
     // The window depends on when the data writer runs: try it often.
-    for data_writeback in [false, true].repeat(8) {
+    for mode in [DataMode::Ordered, DataMode::Writeback].repeat(8) {
         let mem = fresh();
         let base = mem.snapshot();
         let rec = Arc::new(RecordingDevice::new(mem));
         let dev: Arc<dyn BlockDevice> = rec.clone();
         let cfg = MountConfig {
-            data_writeback,
+            data: mode,
             ..Default::default()
         };
         let fs = Filesystem::mount(dev, &cfg).unwrap();
@@ -65,7 +65,7 @@ fn shrinking_truncate_never_zeroes_synced_bytes_inside_the_old_size() {
             let got = fs.read(f, 0, 4096).unwrap();
             assert!(
                 got == data || got == data[..851],
-                "writeback={data_writeback}, crash at event {upto}: {} bytes, neither the synced file nor its truncation",
+                "data={mode}, crash at event {upto}: {} bytes, neither the synced file nor its truncation",
                 got.len()
             );
         }
@@ -108,7 +108,7 @@ fn freed_blocks_keep_their_checkpoint_copy_until_the_free_commits() {
     let rec = Arc::new(RecordingDevice::new(mem));
     let dev: Arc<dyn BlockDevice> = rec.clone();
     let cfg = MountConfig {
-        data_journal: true,
+        data: DataMode::Journal,
         ..Default::default()
     };
     let fs = Filesystem::mount(dev, &cfg).unwrap();

@@ -9,7 +9,7 @@ use std::sync::Arc;
 use jbdfs::device::{BlockDevice, MemoryDevice};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::{Caller, SetAttr};
-use jbdfs::fs::{Filesystem, MountConfig};
+use jbdfs::fs::{DataMode, Filesystem, MountConfig};
 use jbdfs::mkfs::{format, plan, MkfsOptions, Zeroed};
 use jbdfs::util::Progress;
 
@@ -28,10 +28,10 @@ fn fresh(size: u64, block_size: u32) -> Arc<MemoryDevice> {
     mem
 }
 
-fn mount(mem: &Arc<MemoryDevice>, data_writeback: bool) -> Arc<Filesystem> {
+fn mount(mem: &Arc<MemoryDevice>, data: DataMode) -> Arc<Filesystem> {
     let dev: Arc<dyn BlockDevice> = mem.clone();
     let cfg = MountConfig {
-        data_writeback,
+        data,
         ..Default::default()
     };
     Filesystem::mount(dev, &cfg).unwrap()
@@ -63,10 +63,10 @@ fn truncate(fs: &Filesystem, f: InodeNo, size: u64) {
 /// reads look in the cache.
 #[test]
 fn a_freed_logged_tail_never_shadows_the_data_of_the_blocks_next_owner() {
-    for data_writeback in [false, true] {
+    for data in [DataMode::Ordered, DataMode::Writeback] {
         let bs = 4096u64;
         let mem = fresh(64 << 20, bs as u32);
-        let fs = mount(&mem, data_writeback);
+        let fs = mount(&mem, data);
         let (f, _) = fs.mknod(ROOT, b"f", 0o100644, 0, ME).unwrap();
         let old = vec![0x67u8; 0x13000];
         fs.write(f, 0, &old, true).unwrap();
@@ -89,7 +89,7 @@ fn a_freed_logged_tail_never_shadows_the_data_of_the_blocks_next_owner() {
         let got = fs.read(f, 4 * bs, bs as u32).unwrap();
         assert!(
             got.iter().all(|&b| b == 0x96),
-            "writeback={data_writeback}: block 4 reads {:#x} (the freed block's old contents), not the new data",
+            "data={data}: block 4 reads {:#x} (the freed block's old contents), not the new data",
             got[0]
         );
         fs.unmount().unwrap();
@@ -107,7 +107,7 @@ fn block_of(fs: &Filesystem, f: InodeNo, logical: u32) -> u32 {
 #[test]
 fn copy_range_copies_data_and_holes_and_stops_at_the_end() {
     let mem = fresh(64 << 20, 1024);
-    let fs = mount(&mem, false);
+    let fs = mount(&mem, DataMode::Ordered);
     let (a, _) = fs.mknod(ROOT, b"a", 0o100644, 0, ME).unwrap();
     let (b, _) = fs.mknod(ROOT, b"b", 0o100644, 0, ME).unwrap();
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
@@ -208,10 +208,10 @@ impl BlockDevice for GateDevice {
 /// the tail is held until the write and its fsync have run.
 #[test]
 fn a_checkpoint_under_way_never_lands_over_a_newer_write_to_a_tail() {
-    for data_writeback in [false, true] {
+    for data in [DataMode::Ordered, DataMode::Writeback] {
         let bs = 4096u64;
         let mem = fresh(64 << 20, bs as u32);
-        let probe = mount(&mem, data_writeback);
+        let probe = mount(&mem, data);
         let (f, _) = probe.mknod(ROOT, b"f", 0o100644, 0, ME).unwrap();
         probe
             .write(f, 0, &vec![0x67u8; 3 * bs as usize], true)
@@ -227,7 +227,7 @@ fn a_checkpoint_under_way_never_lands_over_a_newer_write_to_a_tail() {
         });
         let dev: Arc<dyn BlockDevice> = gate.clone();
         let cfg = MountConfig {
-            data_writeback,
+            data,
             ..Default::default()
         };
         let fs = Filesystem::mount(dev, &cfg).unwrap();
@@ -251,12 +251,12 @@ fn a_checkpoint_under_way_never_lands_over_a_newer_write_to_a_tail() {
         let got = fs.read(f, bs, 0x133).unwrap();
         assert!(
             got == new,
-            "writeback={data_writeback}: the tail reads {:#x}, the checkpoint's older copy",
+            "data={data}: the tail reads {:#x}, the checkpoint's older copy",
             got[0]
         );
         fs.unmount().unwrap();
         drop(fs);
-        let fs = mount(&mem, data_writeback);
+        let fs = mount(&mem, data);
         assert_eq!(fs.read(f, bs, 0x133).unwrap(), new, "after a remount");
         fs.unmount().unwrap();
         assert_clean(&mem, "after the tail's write");
@@ -342,7 +342,7 @@ fn exercise(fs: &Filesystem, name: &[u8], seed: u64, ops: usize) {
 /// for 4 KiB blocks) makes the log fill and checkpoint on its own too.
 #[test]
 fn two_exercisers_beside_checkpoints_read_back_what_they_wrote() {
-    for data_writeback in [false, true] {
+    for data in [DataMode::Ordered, DataMode::Writeback] {
         let opts = MkfsOptions {
             block_size: Some(4096),
             journal_mib: Some(4),
@@ -352,7 +352,7 @@ fn two_exercisers_beside_checkpoints_read_back_what_they_wrote() {
         let mem = Arc::new(MemoryDevice::new(size).unwrap());
         let g = plan(&opts, size).unwrap();
         format(&*mem, &opts, &g, Zeroed::All, &mut Progress::quiet()).unwrap();
-        let fs = mount(&mem, data_writeback);
+        let fs = mount(&mem, data);
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
             s.spawn(|| {
@@ -386,7 +386,7 @@ fn two_exercisers_beside_checkpoints_read_back_what_they_wrote() {
 #[test]
 fn an_orphan_left_by_a_crash_is_freed_at_the_next_mount() {
     let mem = fresh(64 << 20, 4096);
-    let fs = mount(&mem, false);
+    let fs = mount(&mem, DataMode::Ordered);
     let free_before = fs.statfs().unwrap().free_blocks;
     let (f, _) = fs.mknod(ROOT, b"f", 0o100644, 0, ME).unwrap();
     fs.write(f, 0, &vec![5u8; 1 << 20], true).unwrap();
@@ -395,7 +395,7 @@ fn an_orphan_left_by_a_crash_is_freed_at_the_next_mount() {
     fs.fsync(f, false).unwrap(); // the orphan chain is durable
     let crashed = Arc::new(MemoryDevice::from_vec(mem.snapshot()));
     drop(fs);
-    let fs = mount(&crashed, false);
+    let fs = mount(&crashed, DataMode::Ordered);
     assert_eq!(
         fs.statfs().unwrap().free_blocks,
         free_before,
@@ -412,7 +412,7 @@ fn an_orphan_left_by_a_crash_is_freed_at_the_next_mount() {
 #[test]
 fn a_tmpfile_is_an_orphan_until_linked() {
     let mem = fresh(64 << 20, 4096);
-    let fs = mount(&mem, false);
+    let fs = mount(&mem, DataMode::Ordered);
     let free_before = fs.statfs().unwrap();
     let (t, inode) = fs.tmpfile(ROOT, 0o100600, ME, 0o022).unwrap();
     assert_eq!(inode.i_links_count, 0);
@@ -435,13 +435,13 @@ fn a_tmpfile_is_an_orphan_until_linked() {
     fs.release(kept).unwrap();
     fs.unmount().unwrap();
     assert_clean(&mem, "after a tmpfile was freed and another linked");
-    let fs = mount(&mem, false);
+    let fs = mount(&mem, DataMode::Ordered);
     let (ino, _) = fs.lookup(ROOT, b"named").unwrap();
     assert_eq!(fs.read(ino, 0, 11).unwrap(), b"named later");
     fs.unmount().unwrap();
     drop(fs);
 
-    let fs = mount(&crashed, false);
+    let fs = mount(&crashed, DataMode::Ordered);
     assert_eq!(
         fs.statfs().unwrap(),
         free_before,

@@ -12,7 +12,7 @@ use jbdfs::device::{FileDevice, OpenOptions};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::{Caller, SetAttr};
 use jbdfs::fs::xattr::SetMode;
-use jbdfs::fs::{Filesystem, MountConfig};
+use jbdfs::fs::{DataMode, Filesystem, MountConfig};
 use jbdfs::mkfs::MkfsOptions;
 
 const ROOT: InodeNo = InodeNo(2);
@@ -28,10 +28,10 @@ fn tiny_journal_image() -> TempImage {
     jbdfs_image_with("credits", opts, 64 << 20)
 }
 
-fn mount(img: &TempImage, data_journal: bool) -> Arc<Filesystem> {
+fn mount(img: &TempImage, data: DataMode) -> Arc<Filesystem> {
     let dev = FileDevice::open(&img.path, OpenOptions::default()).unwrap();
     let cfg = MountConfig {
-        data_journal,
+        data,
         ..Default::default()
     };
     Filesystem::mount(Arc::new(dev), &cfg).unwrap()
@@ -45,9 +45,9 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 
 #[test]
 fn a_write_bigger_than_a_transaction_is_split_across_handles() {
-    for data_journal in [false, true] {
+    for mode in [DataMode::Ordered, DataMode::Journal] {
         let img = tiny_journal_image();
-        let fs = mount(&img, data_journal);
+        let fs = mount(&img, mode);
         // 8 MiB in one call: in data=journal that is 8192 logged blocks
         // against a transaction limit of 256.
         let data = pattern(8 << 20, 7);
@@ -55,7 +55,7 @@ fn a_write_bigger_than_a_transaction_is_split_across_handles() {
         assert_eq!(fs.write(f, 0, &data, true).unwrap(), data.len());
         fs.fsync(f, false).unwrap();
         assert_eq!(fs.read(f, 0, data.len() as u32).unwrap(), data);
-        if data_journal {
+        if mode == DataMode::Journal {
             let stats = fs.journal_stats();
             let commits: u64 = stats.split_whitespace().next().unwrap().parse().unwrap();
             assert!(
@@ -73,7 +73,7 @@ fn a_write_bigger_than_a_transaction_is_split_across_handles() {
         fs.unmount().unwrap();
         drop(fs);
         assert_e2fsck_clean(&img.path, "an image after writes larger than a transaction");
-        let fs = mount(&img, data_journal);
+        let fs = mount(&img, mode);
         let (ino, attr) = fs.lookup(ROOT, b"big").unwrap();
         assert_eq!(attr.i_size, 1 << 20);
         assert_eq!(fs.read(ino, 0, 1 << 20).unwrap(), &data[..1 << 20]);
@@ -84,7 +84,7 @@ fn a_write_bigger_than_a_transaction_is_split_across_handles() {
 #[test]
 fn many_small_operations_fill_transactions_without_overflowing_the_log() {
     let img = tiny_journal_image();
-    let fs = mount(&img, false);
+    let fs = mount(&img, DataMode::Ordered);
     for i in 0..600u32 {
         let name = format!("f{i}");
         let (f, _) = fs.mknod(ROOT, name.as_bytes(), 0o100644, 0, ME).unwrap();

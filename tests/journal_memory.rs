@@ -12,7 +12,7 @@ use common::*;
 use jbdfs::device::{FileDevice, OpenOptions};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::Caller;
-use jbdfs::fs::{Filesystem, MountConfig};
+use jbdfs::fs::{DataMode, Filesystem, MountConfig};
 use jbdfs::mkfs::MkfsOptions;
 
 const ROOT: InodeNo = InodeNo(2);
@@ -23,7 +23,7 @@ const FILE_MIB: usize = 24;
 fn mount(img: &TempImage) -> Arc<Filesystem> {
     let dev = FileDevice::open(&img.path, OpenOptions::default()).unwrap();
     let cfg = MountConfig {
-        data_journal: true,
+        data: DataMode::Journal,
         cache_size: CACHE_SIZE,
         ..Default::default()
     };

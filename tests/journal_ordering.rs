@@ -10,7 +10,7 @@ use std::sync::Arc;
 use jbdfs::device::{BlockDevice, Event, MemoryDevice, RecordingDevice};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::Caller;
-use jbdfs::fs::{Filesystem, MountConfig};
+use jbdfs::fs::{DataMode, Filesystem, MountConfig};
 use jbdfs::mkfs::{memory_image, MkfsOptions};
 
 const ROOT: InodeNo = InodeNo(2);
@@ -110,7 +110,7 @@ fn journal_mode_logs_file_data_before_it_goes_home() {
     let rec = Arc::new(RecordingDevice::new(mem.clone()));
     let dev: Arc<dyn BlockDevice> = rec.clone();
     let cfg = MountConfig {
-        data_journal: true,
+        data: DataMode::Journal,
         ..Default::default()
     };
     let fs = Filesystem::mount(dev, &cfg).unwrap();
@@ -205,7 +205,7 @@ impl BlockDevice for DataGate {
 /// Writes a file while its data is held back at the device, and lets the
 /// periodic commit run; returns the recording and whether a commit block
 /// reached the device while the data was held.
-fn commit_while_data_is_held(writeback: bool) -> (Vec<Event>, Vec<u8>, bool) {
+fn commit_while_data_is_held(data: DataMode) -> (Vec<Event>, Vec<u8>, bool) {
     let mem = fresh_image();
     let rec = Arc::new(RecordingDevice::new(mem.clone()));
     let pattern: Vec<u8> = (0..8192u32).map(|i| (i % 239) as u8 ^ 0x3C).collect();
@@ -217,7 +217,7 @@ fn commit_while_data_is_held(writeback: bool) -> (Vec<Event>, Vec<u8>, bool) {
     });
     let dev: Arc<dyn BlockDevice> = gate.clone();
     let mut cfg = MountConfig {
-        data_writeback: writeback,
+        data,
         ..Default::default()
     };
     cfg.journal.commit_interval = std::time::Duration::from_millis(200);
@@ -250,7 +250,7 @@ fn commit_while_data_is_held(writeback: bool) -> (Vec<Event>, Vec<u8>, bool) {
 
 #[test]
 fn writeback_commits_metadata_without_waiting_for_data() {
-    let (events, pattern, committed) = commit_while_data_is_held(true);
+    let (events, pattern, committed) = commit_while_data_is_held(DataMode::Writeback);
     assert!(
         committed,
         "data=writeback: the commit did not wait for the held file data"
@@ -276,7 +276,7 @@ fn writeback_commits_metadata_without_waiting_for_data() {
 
 #[test]
 fn ordered_commit_waits_for_held_data() {
-    let (events, pattern, committed) = commit_while_data_is_held(false);
+    let (events, pattern, committed) = commit_while_data_is_held(DataMode::Ordered);
     assert!(
         !committed,
         "data=ordered: a commit block reached the device while the data it maps was held"

@@ -9,7 +9,7 @@ mod robust_common;
 use std::sync::Arc;
 
 use jbdfs::device::MemoryDevice;
-use jbdfs::fs::{Filesystem, MountConfig};
+use jbdfs::fs::{DataMode, Filesystem, MountConfig};
 use jbdfs::mkfs::MkfsOptions;
 use robust_common::*;
 
@@ -30,10 +30,10 @@ fn image(
     )
 }
 
-fn mount_with(mem: &Arc<MemoryDevice>, data_journal: bool) -> Arc<Filesystem> {
+fn mount_with(mem: &Arc<MemoryDevice>, data: DataMode) -> Arc<Filesystem> {
     let dev: Arc<dyn jbdfs::device::BlockDevice> = mem.clone();
     let cfg = MountConfig {
-        data_journal,
+        data,
         ..Default::default()
     };
     Filesystem::mount(dev, &cfg).unwrap()
@@ -63,7 +63,7 @@ fn a_tiny_journal_filled_many_times() {
     for (bs, mib) in [(1024u32, 1u64), (4096, 4)] {
         let mem = image(64 << 20, bs, Some(mib), None);
         assert_eq!(journal_blocks(&mem), 1024, "block size {bs}");
-        let fs = mount_with(&mem, false);
+        let fs = mount_with(&mem, DataMode::Ordered);
         let (d, _) = fs.mkdir(ROOT, b"many", 0o755, ME).unwrap();
         for i in 0..3000u32 {
             let f = make_file(&fs, d, &format!("f{i}"), &content(i));
@@ -94,7 +94,7 @@ fn a_tiny_journal_filled_many_times() {
 #[test]
 fn a_data_journal_write_bigger_than_the_journal_is_split() {
     let mem = image(32 << 20, 1024, Some(1), None);
-    let fs = mount_with(&mem, true);
+    let fs = mount_with(&mem, DataMode::Journal);
     let data = pattern(8 << 20, 77);
     let (f, _) = fs.mknod(ROOT, b"huge", 0o100644, 0, ME).unwrap();
     assert_eq!(fs.write(f, 0, &data, true).unwrap(), data.len());
@@ -114,7 +114,7 @@ fn a_data_journal_write_bigger_than_the_journal_is_split() {
 #[test]
 fn an_ordered_write_whose_metadata_outgrows_the_journal() {
     let mem = image(400 << 20, 1024, Some(1), None);
-    let fs = mount_with(&mem, false);
+    let fs = mount_with(&mem, DataMode::Ordered);
     let data = pattern(300 << 20, 5);
     let (f, _) = fs.mknod(ROOT, b"huge", 0o100644, 0, ME).unwrap();
     assert_eq!(fs.write(f, 0, &data, true).unwrap(), data.len());
@@ -142,17 +142,17 @@ fn an_ordered_write_whose_metadata_outgrows_the_journal() {
 /// file gives back exactly what it took.
 #[test]
 fn enospc_in_the_middle_of_a_write_leaks_nothing() {
-    enospc_mid_write(false);
+    enospc_mid_write(DataMode::Ordered);
 }
 
 #[test]
 fn enospc_in_the_middle_of_a_data_journal_write_leaks_nothing() {
-    enospc_mid_write(true);
+    enospc_mid_write(DataMode::Journal);
 }
 
-fn enospc_mid_write(data_journal: bool) {
+fn enospc_mid_write(data: DataMode) {
     let mem = image(8 << 20, 1024, None, None);
-    let fs = mount_with(&mem, data_journal);
+    let fs = mount_with(&mem, data);
     let before = fs.statfs().unwrap();
     let big = pattern(before.free_blocks as usize * 1024 + (1 << 20), 3);
     let (f, _) = fs.mknod(ROOT, b"filler", 0o100644, 0, ME).unwrap();
@@ -175,7 +175,7 @@ fn enospc_mid_write(data_journal: bool) {
     fs.unmount().unwrap();
     drop(fs);
     assert_clean(&mem, "a filesystem filled by a short write");
-    let fs = mount_with(&mem, data_journal);
+    let fs = mount_with(&mem, data);
     fs.unlink(ROOT, b"filler").unwrap();
     let after = fs.statfs().unwrap();
     assert_eq!(after.free_blocks, before.free_blocks, "blocks leaked");
@@ -221,7 +221,7 @@ fn inode_exhaustion_gives_enospc() {
 #[test]
 fn a_data_journal_delete_bigger_than_the_journal() {
     let mem = image(300 << 20, 1024, Some(1), None);
-    let fs = mount_with(&mem, true);
+    let fs = mount_with(&mem, DataMode::Journal);
     let (f, _) = fs.mknod(ROOT, b"huge", 0o100644, 0, ME).unwrap();
     let chunk = pattern(1 << 20, 9);
     for i in 0..260u64 {

@@ -22,39 +22,23 @@ pub const IMAGE_SIZE: u64 = 8 << 20;
 /// The images' block size (as small images get from mke2fs).
 pub const BLOCK_SIZE: usize = 1024;
 
-/// The three data modes.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Mode {
-    Ordered,
-    Writeback,
-    Journal,
+/// The three data modes: the filesystem's own.
+pub use jbdfs::fs::DataMode as Mode;
+
+pub const MODES: [Mode; 3] = Mode::ALL;
+
+/// The mode a name given on the command line or in a log's description
+/// names.
+pub fn parse_mode(s: &str) -> anyhow::Result<Mode> {
+    Mode::from_option(s).ok_or_else(|| anyhow!("unknown data mode {s:?} ({})", Mode::EXPECTED))
 }
 
-pub const MODES: [Mode; 3] = [Mode::Ordered, Mode::Writeback, Mode::Journal];
-
-impl Mode {
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Ordered => "ordered",
-            Mode::Writeback => "writeback",
-            Mode::Journal => "journal",
-        }
-    }
-
-    pub fn parse(s: &str) -> anyhow::Result<Mode> {
-        MODES
-            .into_iter()
-            .find(|m| m.name() == s)
-            .ok_or_else(|| anyhow!("unknown data mode {s:?} (ordered, writeback or journal)"))
-    }
-
-    pub fn mount_config(self) -> MountConfig {
-        MountConfig {
-            data_journal: self == Mode::Journal,
-            data_writeback: self == Mode::Writeback,
-            cache_size: 16 << 20,
-            ..Default::default()
-        }
+/// How the workloads mount, in `mode`.
+pub fn mount_config(mode: Mode) -> MountConfig {
+    MountConfig {
+        data: mode,
+        cache_size: 16 << 20,
+        ..Default::default()
     }
 }
 
@@ -76,7 +60,7 @@ pub fn record(ops: &[Op], mode: Mode, log: &Path, description: &str) -> anyhow::
     let mem: Arc<dyn BlockDevice> = Arc::new(fresh_image()?);
     let rec = Arc::new(RecordingDevice::to_file(mem, log, description)?);
     let dev: Arc<dyn BlockDevice> = rec.clone();
-    let fs = Filesystem::mount(dev, &mode.mount_config()).map_err(|e| anyhow!("mount: {e}"))?;
+    let fs = Filesystem::mount(dev, &mount_config(mode)).map_err(|e| anyhow!("mount: {e}"))?;
     rec.try_mark("op 0")?;
     for (i, op) in ops.iter().enumerate() {
         run_op(&fs, op).with_context(|| format!("operation {} ({op:?})", i + 1))?;

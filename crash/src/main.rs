@@ -184,7 +184,7 @@ fn campaign(
     } else {
         modes
             .iter()
-            .map(|m| Mode::parse(m))
+            .map(|m| exec::parse_mode(m))
             .collect::<anyhow::Result<_>>()?
     };
     let choice = Choice {
@@ -297,7 +297,7 @@ fn describe(desc: &str) -> anyhow::Result<(String, Mode, u64, usize)> {
     };
     Ok((
         get("workload")?.to_string(),
-        Mode::parse(get("mode")?)?,
+        exec::parse_mode(get("mode")?)?,
         get("seed")?.parse()?,
         get("size")?.parse()?,
     ))

@@ -37,43 +37,26 @@ pub(crate) struct RemountContext {
 pub struct DaemonConfig {
     pub source: PathBuf,
     pub mountpoint: PathBuf,
-    pub read_only: bool,
+    /// The filesystem's configuration, from
+    /// [`MountOptions::mount_config`](crate::options::MountOptions::mount_config).
+    /// Whether the device can be written and what errors=panic does are
+    /// settled when the device is opened (`open_locked`).
+    pub mount: MountConfig,
     pub threads: usize,
-    pub cache_size: usize,
     pub direct_io: bool,
     /// -o direct_io: no kernel page cache for open files.
     pub fuse_direct_io: bool,
     /// -o io_uring[,io_uring_q_depth=N]: how requests reach the daemon.
     pub transport: crate::fuse::Transport,
     pub allow_other: bool,
-    /// The atime options (relatime, strictatime, noatime, nodiratime).
-    pub atime: jbdfs::fs::atime::AtimePolicy,
     /// Generic mount options passed on to the kernel (dev, nosuid, ...).
     pub generic: Vec<String>,
-    /// barrier=1: flush around commit blocks.
-    pub barrier: bool,
-    /// commit=N seconds.
-    pub commit_secs: u32,
-    /// bdelay= and its parameters.
-    pub batching: jbdfs::journal::Batching,
     /// -o stats=PATH: journal statistics, refreshed every second.
     pub stats: Option<PathBuf>,
-    /// -o dirsync or -o sync.
-    pub dirsync: bool,
-    /// -o data=journal.
-    pub data_journal: bool,
-    /// -o data=writeback.
-    pub data_writeback: bool,
-    /// -o errors=continue|remount-ro|panic.
-    pub errors: crate::options::ErrorsPolicy,
     /// -o record=PATH: log every write, flush and mark for crash testing.
     pub record: Option<PathBuf>,
     /// -o devsim=: a latency model over the backing store.
     pub devsim: Option<jbdfs::device::DevSimParams>,
-    /// -o max_map=N (`u32::MAX` when not given).
-    pub max_map: u32,
-    /// -o acl / -o noacl (`None`: the superblock's default mount options).
-    pub acl: Option<bool>,
     /// -o noload / norecovery: a read-only mount does not replay the
     /// journal (ext3's noload); refused without -o ro.
     pub noload: bool,
@@ -105,15 +88,15 @@ pub fn open_recorded(
 /// [`open_recorded`], with a handle on the backing store that tells when
 /// everything holding it (and so its lock) has let go.
 fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
-    if cfg.read_only && !cfg.noload {
+    if cfg.mount.read_only && !cfg.noload {
         recover_for_read_only(cfg)?;
     }
     // A read-only mount of an image that can be written opens it for
     // writing with the shared lock, so that a remount can make it
     // read-write (Linux checks the device only then, too).
-    let writable_later = cfg.read_only && can_write(cfg);
+    let writable_later = cfg.mount.read_only && can_write(cfg);
     let opts = OpenOptions {
-        read_only: cfg.read_only && !writable_later,
+        read_only: cfg.mount.read_only && !writable_later,
         shared_lock: writable_later,
         direct: cfg.direct_io,
         exclusive: true,
@@ -124,7 +107,7 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
         claim,
         path: cfg.source.clone(),
     });
-    if opened.read_only && !cfg.read_only {
+    if opened.read_only && !cfg.mount.read_only {
         // check_mountable saw it writable a moment ago.
         anyhow::bail!(
             "{}: the NBD server now exports it read-only; mount with -o ro",
@@ -140,10 +123,10 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
         dev = Arc::new(SimDevice::new(dev, params.clone()));
     }
     let mut recorder = None;
-    if cfg.record.is_some() && cfg.read_only {
+    if cfg.record.is_some() && cfg.mount.read_only {
         tracing::warn!("record= ignored: a read-only mount writes nothing to record");
     }
-    if let Some(log) = cfg.record.as_ref().filter(|_| !cfg.read_only) {
+    if let Some(log) = cfg.record.as_ref().filter(|_| !cfg.mount.read_only) {
         let what = format!("jbdfs daemon on {}", cfg.source.display());
         let rec = Arc::new(
             RecordingDevice::to_file(dev.clone(), log, &what)
@@ -153,23 +136,10 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
         recorder = Some(rec);
     }
     let mount_cfg = MountConfig {
-        read_only: cfg.read_only,
         read_only_device: opened.read_only,
-        cache_size: cfg.cache_size,
-        journal: jbdfs::journal::JournalConfig {
-            barrier: cfg.barrier,
-            commit_interval: std::time::Duration::from_secs(cfg.commit_secs.max(1) as u64),
-            batching: cfg.batching,
-        },
-        dirsync: cfg.dirsync,
-        data_journal: cfg.data_journal,
-        data_writeback: cfg.data_writeback,
-        errors: cfg.errors,
         // A daemon told errors=panic stops as a crashed machine would.
         panic_action: jbdfs::fs::error::PanicAction::ExitProcess,
-        max_map: cfg.max_map,
-        acl: cfg.acl,
-        atime: cfg.atime,
+        ..cfg.mount.clone()
     };
     let fs = Filesystem::mount(dev.clone(), &mount_cfg).map_err(|e| {
         let src = cfg.source.display();
@@ -351,7 +321,7 @@ fn take_mark_requests(rec: &RecordingDevice, log: &Path) {
 /// read-only), so that the caller mounts read-only.
 pub fn check_mountable(cfg: &DaemonConfig) -> anyhow::Result<bool> {
     let opts = OpenOptions {
-        read_only: cfg.read_only,
+        read_only: cfg.mount.read_only,
         ..Default::default()
     };
     let (opened, _) = open_source(cfg, opts)?;
@@ -386,7 +356,7 @@ fn fuse_options(cfg: &DaemonConfig) -> Vec<MountOption> {
         MountOption::CUSTOM("subtype=jbdfs".into()),
         MountOption::DefaultPermissions,
     ];
-    out.push(if cfg.read_only {
+    out.push(if cfg.mount.read_only {
         MountOption::RO
     } else {
         MountOption::RW

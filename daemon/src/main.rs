@@ -130,12 +130,11 @@ fn run(args: Args) -> anyhow::Result<()> {
         "parsed mount options"
     );
     let generic = kernel_like_defaults(&opts.generic, running_as_root());
-    let cfg = DaemonConfig {
+    let mut cfg = DaemonConfig {
         source: args.source.clone(),
         mountpoint: args.mountpoint.clone(),
-        read_only: opts.read_only,
+        mount: opts.mount_config(),
         threads: opts.threads,
-        cache_size: usize::try_from(opts.cache_size).unwrap_or(usize::MAX),
         direct_io: opts.direct_io,
         fuse_direct_io: opts.fuse_direct_io,
         transport: match opts.io_uring {
@@ -147,33 +146,17 @@ fn run(args: Args) -> anyhow::Result<()> {
                 depth: opts.io_uring_q_depth,
             },
         },
-        atime: opts.atime_policy(),
         allow_other: generic.iter().any(|o| o == "allow_other"),
         generic,
-        barrier: opts.barrier,
-        commit_secs: opts.commit,
-        batching: opts.batching(),
         stats: opts.stats.clone(),
-        dirsync: opts.dirsync || opts.sync,
-        data_journal: opts.data == jbdfs_daemon::options::DataMode::Journal,
-        data_writeback: opts.data == jbdfs_daemon::options::DataMode::Writeback,
-        errors: opts.errors,
         record: opts.record.clone(),
-        devsim: opts
-            .devsim
-            .as_deref()
-            .map(jbdfs::device::DevSimParams::parse)
-            .transpose()
-            .map_err(anyhow::Error::msg)?,
-        max_map: opts.max_map.filter(|&n| n > 0).unwrap_or(u32::MAX),
-        acl: opts.acl,
+        devsim: opts.devsim.clone(),
         noload: opts.noload,
         nbd_timeout: std::time::Duration::from_secs(opts.nbd_timeout.into()),
         nbd_connections: opts.nbd_connections,
         mount_options: opts.clone(),
     };
-    let mut cfg = cfg;
-    if daemon::check_mountable(&cfg)? && !cfg.read_only {
+    if daemon::check_mountable(&cfg)? && !cfg.mount.read_only {
         // As mount(8) does for a write-protected device. Said once: the
         // daemonized child comes through here again.
         if std::env::var_os(daemon::CHILD_ENV).is_none() {
@@ -182,7 +165,7 @@ fn run(args: Args) -> anyhow::Result<()> {
                 args.source.display()
             );
         }
-        cfg.read_only = true;
+        cfg.mount.read_only = true;
     }
     if foreground {
         daemon::serve(&cfg)

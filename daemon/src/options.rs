@@ -18,12 +18,18 @@ use std::path::PathBuf;
 use std::str::FromStr;
 use std::time::Duration;
 
+use jbdfs::device::DevSimParams;
 use jbdfs::fs::atime::AtimeMode;
 use jbdfs::fs::mount::Tunables;
+use jbdfs::fs::MountConfig;
 use jbdfs::journal::{Batching, JournalConfig};
 
-/// `errors=`: the policy type belongs to the filesystem, which acts on it.
-pub use jbdfs::fs::error::ErrorsPolicy;
+/// `data=` and `errors=`: the types belong to the filesystem, which acts
+/// on them.
+pub use jbdfs::fs::{error::ErrorsPolicy, DataMode};
+/// The filesystem's defaults for the options it acts on, in the units of
+/// the options.
+pub use jbdfs::journal::{DEFAULT_MAX_BATCH_TIME_US, DEFAULT_MIN_BATCH_TIME_US};
 
 /// The default `bdelay`: auto, which commits at once on fast devices (as
 /// bdelay=0) and batches only where a commit costs a positioning delay
@@ -34,12 +40,9 @@ pub const DEFAULT_BDELAY: Bdelay = Bdelay::Auto;
 pub const DEFAULT_HZ: u32 = 250;
 /// Bounds on `hz`: beyond these a jiffy stops meaning anything useful.
 pub const HZ_RANGE: RangeInclusive<u32> = 1..=10_000;
-/// jbd2's defaults, in microseconds.
-pub const DEFAULT_MIN_BATCH_TIME_US: u32 = 0;
-pub const DEFAULT_MAX_BATCH_TIME_US: u32 = 15_000;
 /// ext3's default commit interval; `commit=0` also selects it, as in the kernel.
-pub const DEFAULT_COMMIT_SECS: u32 = 5;
-pub const DEFAULT_CACHE_SIZE: u64 = 256 << 20;
+pub const DEFAULT_COMMIT_SECS: u32 = jbdfs::journal::DEFAULT_COMMIT_INTERVAL.as_secs() as u32;
+pub const DEFAULT_CACHE_SIZE: u64 = jbdfs::fs::mount::DEFAULT_CACHE_SIZE as u64;
 /// FUSE workers. Few, because a worker still awake picks up the next
 /// request faster than one the kernel must wake (fs_mark on a ramdisk:
 /// 10-20% more files/s with 8 than with 32 from 4 threads up); enough,
@@ -58,41 +61,6 @@ pub const DEFAULT_NBD_TIMEOUT_SECS: u32 = 30;
 pub const NBD_TIMEOUT_RANGE: RangeInclusive<u32> = 1..=86_400;
 /// Connections to an NBD server that allows several (CAN_MULTI_CONN).
 pub const NBD_CONNECTIONS_RANGE: RangeInclusive<usize> = 1..=16;
-
-/// How file data is ordered against the journal (`data=`).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum DataMode {
-    /// File data goes home before the commit that references it.
-    #[default]
-    Ordered,
-    /// File data is not ordered against metadata at all.
-    Writeback,
-    /// File data is logged in the journal like metadata.
-    Journal,
-}
-
-impl DataMode {
-    const EXPECTED: &'static str = "ordered, writeback or journal";
-
-    fn from_option(value: &str) -> Option<Self> {
-        match value {
-            "ordered" => Some(Self::Ordered),
-            "writeback" => Some(Self::Writeback),
-            "journal" => Some(Self::Journal),
-            _ => None,
-        }
-    }
-}
-
-impl fmt::Display for DataMode {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(match self {
-            Self::Ordered => "ordered",
-            Self::Writeback => "writeback",
-            Self::Journal => "journal",
-        })
-    }
-}
 
 /// How a synchronous handle waits for others to join its transaction
 /// (`bdelay=`; see DESIGN.md "Commit batching: bdelay").
@@ -188,7 +156,7 @@ pub struct MountOptions {
     pub threads: usize,
     pub max_map: Option<u32>,
     /// Device latency model to simulate, for the slow-storage half of an A/B.
-    pub devsim: Option<String>,
+    pub devsim: Option<DevSimParams>,
     /// Where to write statistics.
     pub stats: Option<PathBuf>,
     /// Where to record every block write and flush, for crash testing.
@@ -287,6 +255,31 @@ impl MountOptions {
         }
     }
 
+    /// The filesystem's configuration as these options set it. The
+    /// device's own read-only state and what errors=panic does are left at
+    /// their defaults: the daemon decides them when it opens the device.
+    pub fn mount_config(&self) -> MountConfig {
+        let Tunables {
+            journal,
+            errors,
+            atime,
+        } = self.tunables();
+        MountConfig {
+            read_only: self.read_only,
+            cache_size: usize::try_from(self.cache_size).unwrap_or(usize::MAX),
+            journal,
+            // A sync mount's directory changes are synchronous too.
+            dirsync: self.dirsync || self.sync,
+            data: self.data,
+            errors,
+            // max_map=0 sets no limit, as leaving it out does.
+            max_map: self.max_map.filter(|&n| n > 0).unwrap_or(u32::MAX),
+            acl: self.acl,
+            atime,
+            ..MountConfig::default()
+        }
+    }
+
     /// Options that say what `t` says (the inverse of
     /// [`MountOptions::tunables`]), for a remount to change some of.
     pub fn from_tunables(t: &Tunables) -> MountOptions {
@@ -379,7 +372,7 @@ impl Default for MountOptions {
             min_batch_time: DEFAULT_MIN_BATCH_TIME_US,
             max_batch_time: DEFAULT_MAX_BATCH_TIME_US,
             commit: DEFAULT_COMMIT_SECS,
-            barrier: true,
+            barrier: JournalConfig::default().barrier,
             errors: ErrorsPolicy::default(),
             cache_size: DEFAULT_CACHE_SIZE,
             threads: DEFAULT_THREADS,
@@ -673,11 +666,10 @@ where
     }
 }
 
-/// A device model with optional overrides, checked here, kept as given.
-fn devsim(key: &str, value: Option<&str>) -> Result<String, OptionError> {
+/// A device model with optional overrides.
+fn devsim(key: &str, value: Option<&str>) -> Result<DevSimParams, OptionError> {
     let spec = text(key, value, "a device model name")?;
-    jbdfs::device::DevSimParams::parse(spec).map_err(|why| bad_value(key, value, &why))?;
-    Ok(spec.to_string())
+    DevSimParams::parse(spec).map_err(|why| bad_value(key, value, &why))
 }
 
 fn commit_interval(key: &str, value: Option<&str>) -> Result<u32, OptionError> {
@@ -758,6 +750,45 @@ mod tests {
         assert!(o.stats.is_none() && o.record.is_none());
         assert!(!o.debug && !o.direct_io && !o.fuse_direct_io && !o.dirsync && !o.sync);
         assert!(o.fuse_generic().is_empty() && o.ignored.is_empty());
+    }
+
+    #[test]
+    fn defaults_are_the_filesystems() {
+        assert_eq!(
+            MountOptions::default().mount_config(),
+            MountConfig::default()
+        );
+    }
+
+    #[test]
+    fn mount_config_carries_every_option() {
+        let o = parse(
+            "ro,cache_size=64M,nobarrier,commit=30,bdelay=jbd2,min_batch_time=10,\
+             max_batch_time=20,sync,data=writeback,errors=panic,max_map=7,noacl,noatime",
+        );
+        let c = o.mount_config();
+        assert!(c.read_only && !c.read_only_device);
+        assert_eq!(c.cache_size, 64 << 20);
+        assert_eq!(
+            c.journal,
+            JournalConfig {
+                barrier: false,
+                commit_interval: Duration::from_secs(30),
+                batching: Batching::Jbd2 {
+                    min_us: 10,
+                    max_us: 20
+                },
+            }
+        );
+        assert!(c.dirsync);
+        assert_eq!(c.data, DataMode::Writeback);
+        assert_eq!(c.errors, ErrorsPolicy::Panic);
+        assert_eq!(c.max_map, 7);
+        assert_eq!(c.acl, Some(false));
+        assert_eq!(c.atime, o.atime_policy());
+        assert_eq!(c.atime.mode, AtimeMode::Never);
+        assert!(parse("dirsync").mount_config().dirsync);
+        assert_eq!(parse("max_map=0").mount_config().max_map, u32::MAX);
     }
 
     #[test]
@@ -921,7 +952,7 @@ mod tests {
     fn daemon_options() {
         let o = parse("max_map=64,devsim=sata,stats=/tmp/s.json,record=/tmp/r.log");
         assert_eq!(o.max_map, Some(64));
-        assert_eq!(o.devsim.as_deref(), Some("sata"));
+        assert_eq!(o.devsim, DevSimParams::parse("sata").ok());
         assert_eq!(o.stats, Some(PathBuf::from("/tmp/s.json")));
         assert_eq!(o.record, Some(PathBuf::from("/tmp/r.log")));
         assert_bad_value("max_map=-1", "max_map");
@@ -929,10 +960,12 @@ mod tests {
         assert_bad_value("devsim=floppy", "devsim");
         assert_bad_value("devsim=sata:rpm=fast", "devsim");
         let o = parse("devsim=sata:flush_us=8000:seek_max_us=12000");
-        assert_eq!(
-            o.devsim.as_deref(),
-            Some("sata:flush_us=8000:seek_max_us=12000")
-        );
+        let expected = DevSimParams {
+            flush_us: 8000,
+            seek_max_us: 12_000,
+            ..DevSimParams::parse("sata").unwrap()
+        };
+        assert_eq!(o.devsim, Some(expected));
         assert_bad_value("stats", "stats");
         assert_bad_value("record=", "record");
     }

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use jbdfs::fs::MountConfig;
 use jbdfs::mkfs::{make_filesystem, MkfsOptions, Request};
 use jbdfs_daemon::daemon::{is_mounted, serve, DaemonConfig};
 
@@ -89,27 +90,20 @@ impl Mounted {
         let mut cfg = DaemonConfig {
             source: source.to_path_buf(),
             mountpoint: dir.clone(),
-            read_only,
+            mount: MountConfig {
+                read_only,
+                cache_size: 64 << 20,
+                ..Default::default()
+            },
             threads: 8,
-            cache_size: 64 << 20,
             direct_io: false,
             fuse_direct_io: false,
             transport: transport().transport(),
             allow_other: false,
-            atime: Default::default(),
             generic: Vec::new(),
-            barrier: true,
-            commit_secs: 5,
-            batching: Default::default(),
             stats: None,
-            dirsync: false,
-            data_journal: false,
-            data_writeback: false,
-            errors: Default::default(),
             record: None,
             devsim: None,
-            max_map: u32::MAX,
-            acl: None,
             noload: false,
             nbd_timeout: Duration::from_secs(30),
             nbd_connections: 1,

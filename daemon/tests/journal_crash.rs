@@ -14,7 +14,7 @@ use common::*;
 use jbdfs::device::{FileDevice, OpenOptions};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::Caller;
-use jbdfs::fs::{Filesystem, MountConfig};
+use jbdfs::fs::{DataMode, Filesystem, MountConfig};
 use jbdfs::mkfs::MkfsOptions;
 
 const ROOT: InodeNo = InodeNo(2);
@@ -383,7 +383,7 @@ fn data_journal_logs_file_data_and_survives_a_crash() {
         let img = jbdfs_image(bs);
         let dev = FileDevice::open(&img.path, OpenOptions::default()).unwrap();
         let cfg = MountConfig {
-            data_journal: true,
+            data: DataMode::Journal,
             ..Default::default()
         };
         let fs = Filesystem::mount(Arc::new(dev), &cfg).unwrap();

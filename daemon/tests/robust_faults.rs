@@ -16,7 +16,7 @@ use std::time::Duration;
 use jbdfs::device::{FaultOp, FaultPlan, MemoryDevice};
 use jbdfs::fs::error::ErrorsPolicy;
 use jbdfs::fs::error::PanicAction;
-use jbdfs::fs::{Filesystem, MountConfig};
+use jbdfs::fs::{DataMode, Filesystem, MountConfig};
 use robust_common::*;
 
 const SIZE: u64 = 8 << 20;
@@ -302,14 +302,14 @@ fn sweep_points() -> Vec<u64> {
 #[test]
 fn every_fault_kind_at_each_of_the_first_requests() {
     for op in [FaultOp::Read, FaultOp::Write, FaultOp::Flush] {
-        for data_journal in [false, true] {
+        for data in [DataMode::Ordered, DataMode::Journal] {
             for nth in sweep_points() {
-                let tag = format!("{op:?} #{nth}, data_journal={data_journal}");
+                let tag = format!("{op:?} #{nth}, data={data}");
                 let (mem, _, fs) = with_committed_file(ErrorsPolicy::RemountRo);
                 fs.unmount().unwrap();
                 drop(fs);
                 let cfg = MountConfig {
-                    data_journal,
+                    data,
                     ..config(ErrorsPolicy::RemountRo)
                 };
                 let (fault, fs) = mount_faulty(&mem, &cfg);

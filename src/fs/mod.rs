@@ -32,7 +32,7 @@ use std::io;
 
 use crate::format::{Corruption, FormatError, Location};
 
-pub use mount::{Filesystem, MountConfig};
+pub use mount::{DataMode, Filesystem, MountConfig};
 
 /// Records the process on whose behalf this thread now works (a FUSE
 /// request's pid), before it calls in: the journal's bdelay batching tells

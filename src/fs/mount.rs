@@ -17,8 +17,52 @@ use crate::format::superblock::{self as sbm, feature, Superblock};
 use crate::format::{BlockNo, Corruption, FormatError, GroupNo, InodeNo, Location};
 use crate::journal::{Handle, Journal, JournalConfig};
 
+/// The buffer cache's default budget (`-o cache_size=`).
+pub const DEFAULT_CACHE_SIZE: usize = 256 << 20;
+
+/// How file data is ordered against the journal (`-o data=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum DataMode {
+    /// File data goes home before the commit that references it.
+    #[default]
+    Ordered,
+    /// File data is not ordered against metadata at all: commits do not
+    /// wait for it.
+    Writeback,
+    /// File data is logged in the journal like metadata.
+    Journal,
+}
+
+impl DataMode {
+    /// Every mode, for the tests and tools that try each.
+    pub const ALL: [DataMode; 3] = [Self::Ordered, Self::Writeback, Self::Journal];
+
+    /// The values `data=` takes, for a message naming a bad one.
+    pub const EXPECTED: &'static str = "ordered, writeback or journal";
+
+    /// The word `data=` takes for this mode.
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Ordered => "ordered",
+            Self::Writeback => "writeback",
+            Self::Journal => "journal",
+        }
+    }
+
+    /// The mode a `data=` value names, if it names one.
+    pub fn from_option(value: &str) -> Option<Self> {
+        Self::ALL.into_iter().find(|m| m.name() == value)
+    }
+}
+
+impl std::fmt::Display for DataMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// How to mount.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct MountConfig {
     /// Mount read-only. Unless the device is read-only too, a remount can
     /// make it read-write later (the journal is loaded then).
@@ -31,10 +75,8 @@ pub struct MountConfig {
     pub journal: JournalConfig,
     /// `-o dirsync` (or `-o sync`): directory changes are durable on return.
     pub dirsync: bool,
-    /// `-o data=journal`: file data is logged like metadata.
-    pub data_journal: bool,
-    /// `-o data=writeback`: commits do not wait for file data.
-    pub data_writeback: bool,
+    /// `-o data=`: how file data is ordered against the journal.
+    pub data: DataMode,
     /// `-o errors=`: what an error does (see error.rs).
     pub errors: super::error::ErrorsPolicy,
     /// What errors=panic does after recording the error.
@@ -63,11 +105,10 @@ impl Default for MountConfig {
         MountConfig {
             read_only: false,
             read_only_device: false,
-            cache_size: 256 << 20,
+            cache_size: DEFAULT_CACHE_SIZE,
             journal: JournalConfig::default(),
             dirsync: false,
-            data_journal: false,
-            data_writeback: false,
+            data: DataMode::default(),
             errors: Default::default(),
             panic_action: Default::default(),
             max_map: u32::MAX,
@@ -289,10 +330,9 @@ impl Filesystem {
             block_size as usize,
             config.cache_size.saturating_sub(data_limit),
         ));
-        let order = if config.data_writeback {
-            super::data::DataOrder::Writeback
-        } else {
-            super::data::DataOrder::Ordered
+        let order = match config.data {
+            DataMode::Writeback => super::data::DataOrder::Writeback,
+            DataMode::Ordered | DataMode::Journal => super::data::DataOrder::Ordered,
         };
         let data =
             super::data::DataQueue::start(dev.clone(), block_size as usize, order, data_limit)?;
@@ -316,7 +356,7 @@ impl Filesystem {
             orphans: Mutex::new(Vec::new()),
             rename_lock: Mutex::new(()),
             dirsync: config.dirsync,
-            data_journal: config.data_journal && !for_good,
+            data_journal: config.data == DataMode::Journal && !for_good,
             data,
             logged_tails: Default::default(),
             xattr_share: Default::default(),

@@ -42,6 +42,12 @@ pub const AUTO_MAX_SLICE: Duration = Duration::from_millis(4);
 /// (1-3 ms) and the sata model (15 ms and more) keep a thread that long.
 pub const SLOW_COMMIT: Duration = Duration::from_millis(1);
 
+/// jbd2's bounds on `bdelay=jbd2`'s wait, in microseconds (ext4's
+/// EXT4_DEF_MIN_BATCH_TIME and EXT4_DEF_MAX_BATCH_TIME); the upper one
+/// bounds `bdelay=auto` as well.
+pub const DEFAULT_MIN_BATCH_TIME_US: u32 = 0;
+pub const DEFAULT_MAX_BATCH_TIME_US: u32 = 15_000;
+
 /// The batching policy (the `bdelay=` mount option).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Batching {
@@ -54,7 +60,9 @@ pub enum Batching {
 
 impl Default for Batching {
     fn default() -> Self {
-        Batching::Auto { max_us: 15_000 }
+        Batching::Auto {
+            max_us: DEFAULT_MAX_BATCH_TIME_US,
+        }
     }
 }
 

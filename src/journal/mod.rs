@@ -49,7 +49,7 @@ use std::fmt;
 use std::ops::Add;
 use std::time::Duration;
 
-pub use batch::{set_caller, Batching};
+pub use batch::{set_caller, Batching, DEFAULT_MAX_BATCH_TIME_US, DEFAULT_MIN_BATCH_TIME_US};
 pub use journal::{CommitCallback, CommitStart, Journal};
 pub use transaction::{Handle, Modify, WriteAccess};
 
@@ -59,6 +59,9 @@ pub use transaction::{Handle, Modify, WriteAccess};
 pub trait CommitFlushHook: Send + Sync {
     fn before_commit_flush(&self);
 }
+
+/// ext3's periodic commit interval (JBD_DEFAULT_MAX_COMMIT_AGE).
+pub const DEFAULT_COMMIT_INTERVAL: Duration = Duration::from_secs(5);
 
 /// How the log is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -72,7 +75,7 @@ impl Default for JournalConfig {
     fn default() -> Self {
         JournalConfig {
             barrier: true,
-            commit_interval: Duration::from_secs(5),
+            commit_interval: DEFAULT_COMMIT_INTERVAL,
             batching: Batching::default(),
         }
     }
