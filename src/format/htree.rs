@@ -1,14 +1,22 @@
-//! The htree (dir_index) structures read field by field, without judging
-//! them: `dx_root_info`, `dx_countlimit` and `dx_entry` at the kernel's
-//! offsets, for a checker that must weigh every field itself (e2fsck's
-//! pass 1 and 2 do). Each accessor returns `None` where the block is too
-//! short, so nothing read from disk can index past its end. The validating
-//! parser, the writer and the hash functions are in [`super::dirent`].
+//! The htree (dir_index) index blocks. They are disguised as directory
+//! blocks (a root is "." and ".." with the index after them, an interior
+//! node one unused entry spanning the block), so that code without
+//! dir_index still reads the directory as a linear one.
+//!
+//! Two readers, for two kinds of caller: [`parse_dx_root`] and
+//! [`parse_dx_node`] check what the kernel's `dx_probe` checks, for the
+//! filesystem, which must not follow an index it cannot trust; the field
+//! accessors ([`DxRootInfo`], [`dx_countlimit`], [`dx_entry`]) judge
+//! nothing, for a checker that must weigh every field itself (e2fsck's
+//! pass 1 and 2 do), and return `None` where the block is too short, so
+//! nothing read from disk can index past its end. The hashes that order
+//! the entries are in [`super::dirhash`].
 
-use super::bytes::{le16, le32, put_le16, put_le32};
+use super::bytes::{self, le16, le32, put_le16, put_le32};
+use super::dirent::{init_block, new_dir_block, rec_len_at};
+use super::dirhash::DX_HASH_TEA_UNSIGNED;
+use super::{FormatError, InodeNo};
 
-/// `EXT2_HASH_SIPHASH`: only for encrypted casefolded directories (ext4).
-pub const DX_HASH_SIPHASH: u8 = 6;
 /// `EXT4_HTREE_LEVEL_COMPAT`: index levels (root included) without largedir.
 pub const EXT4_HTREE_LEVEL_COMPAT: u8 = 2;
 /// `EXT4_HTREE_LEVEL`: index levels with largedir.
@@ -21,6 +29,16 @@ pub const DX_ROOT_INFO_OFFSET: usize = 24;
 pub const DX_NODE_ENTRIES_OFFSET: usize = 8;
 /// `sizeof(struct ext2_dx_entry)`.
 pub const DX_ENTRY_SIZE: usize = 8;
+/// ext3 allows at most this many index levels below the root.
+pub const DX_MAX_INDIRECT_LEVELS: u8 = 1;
+/// `unused_flags` bit that makes a tree unreadable to us.
+pub const EXT2_HASH_FLAG_INCOMPAT: u8 = 0x1;
+
+const DX_STRUCTURE: &str = "dx_root";
+const DX_NODE_STRUCTURE: &str = "dx_node";
+const DX_ROOT_INFO_LEN: u8 = 8;
+/// Where a root's entry table starts: after its 8-byte `dx_root_info`.
+const DX_ROOT_ENTRIES_OFF: usize = DX_ROOT_INFO_OFFSET + DX_ROOT_INFO_LEN as usize;
 
 /// `struct ext2_dx_root_info`, as stored.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -126,9 +144,242 @@ pub fn write_dx_table(block: &mut [u8], off: usize, entries: &[(u32, u32)]) {
     );
 }
 
+/// One index entry: names hashing to >= `hash` live under `block` (a
+/// logical block of the directory). The first entry's hash is implicitly 0.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DxEntry {
+    pub hash: u32,
+    pub block: u32,
+}
+
+/// The root block of an indexed directory.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DxRoot {
+    pub dot_inode: InodeNo,
+    pub dotdot_inode: InodeNo,
+    pub hash_version: u8,
+    pub info_length: u8,
+    pub indirect_levels: u8,
+    pub unused_flags: u8,
+    pub limit: u16,
+    /// `count` entries; `entries[0].hash` is 0 (its slot holds countlimit).
+    pub entries: Vec<DxEntry>,
+}
+
+/// An interior index block.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DxNode {
+    pub limit: u16,
+    pub entries: Vec<DxEntry>,
+}
+
+/// `dx_root_limit`: index entries that fit in a root block.
+pub fn dx_root_limit(block_size: usize) -> usize {
+    dx_limit(block_size, DX_ROOT_ENTRIES_OFF)
+}
+
+/// `dx_node_limit`: index entries that fit in an interior block.
+pub fn dx_node_limit(block_size: usize) -> usize {
+    dx_limit(block_size, DX_NODE_ENTRIES_OFFSET)
+}
+
+/// Whether the block has the shape of an htree root: "." then a ".." whose
+/// `rec_len` covers the rest, then an 8-byte dx_root_info. The inode's
+/// EXT3_INDEX_FL is what really says the directory is indexed.
+pub fn looks_like_dx_root(block: &[u8]) -> bool {
+    if bytes::need(DX_STRUCTURE, block, DX_ROOT_ENTRIES_OFF).is_err() {
+        return false;
+    }
+    let dot = rec_len_at(block, 0) == 12 && block[6] == 1 && block[8] == b'.';
+    let dotdot_len = rec_len_at(block, 12);
+    let dotdot = dotdot_len == block.len() - 12 && block[18] == 2 && &block[20..22] == b"..";
+    dot && dotdot && le32(block, DX_ROOT_INFO_OFFSET) == 0 && block[0x1d] == DX_ROOT_INFO_LEN
+}
+
+/// Whether the block has the shape of an interior index block: one unused
+/// entry spanning the block. An emptied leaf block looks the same, so only
+/// the tree's own pointers tell them apart.
+pub fn looks_like_dx_node(block: &[u8]) -> bool {
+    if bytes::need(DX_NODE_STRUCTURE, block, DX_NODE_ENTRIES_OFFSET).is_err() {
+        return false;
+    }
+    le32(block, 0) == 0 && rec_len_at(block, 0) == block.len() && block[6] == 0
+}
+
+/// Parses an htree root block, checking what `dx_probe` checks.
+pub fn parse_dx_root(block: &[u8]) -> Result<DxRoot, FormatError> {
+    bytes::need(DX_STRUCTURE, block, DX_ROOT_ENTRIES_OFF + DX_ENTRY_SIZE)?;
+    let root = DxRoot {
+        dot_inode: InodeNo(le32(block, 0)),
+        dotdot_inode: InodeNo(le32(block, 12)),
+        hash_version: block[0x1c],
+        info_length: block[0x1d],
+        indirect_levels: block[0x1e],
+        unused_flags: block[0x1f],
+        limit: 0,
+        entries: Vec::new(),
+    };
+    check_dx_root_info(block, &root)?;
+    let (limit, entries) = parse_dx_entries(
+        DX_STRUCTURE,
+        block,
+        DX_ROOT_ENTRIES_OFF,
+        dx_root_limit(block.len()),
+    )?;
+    Ok(DxRoot {
+        limit,
+        entries,
+        ..root
+    })
+}
+
+fn check_dx_root_info(block: &[u8], root: &DxRoot) -> Result<(), FormatError> {
+    let dx = |field, value: u64, reason| FormatError::bad_field(DX_STRUCTURE, field, value, reason);
+    if le32(block, DX_ROOT_INFO_OFFSET) != 0 {
+        return Err(dx(
+            "reserved_zero",
+            le32(block, DX_ROOT_INFO_OFFSET).into(),
+            "must be 0",
+        ));
+    }
+    if root.hash_version > DX_HASH_TEA_UNSIGNED {
+        return Err(dx("hash_version", root.hash_version.into(), "unknown hash"));
+    }
+    if root.info_length != DX_ROOT_INFO_LEN {
+        return Err(dx("info_length", root.info_length.into(), "must be 8"));
+    }
+    if root.indirect_levels > DX_MAX_INDIRECT_LEVELS {
+        return Err(dx(
+            "indirect_levels",
+            root.indirect_levels.into(),
+            "too deep for ext3",
+        ));
+    }
+    if root.unused_flags & EXT2_HASH_FLAG_INCOMPAT != 0 {
+        return Err(dx(
+            "unused_flags",
+            root.unused_flags.into(),
+            "incompatible hash flags",
+        ));
+    }
+    Ok(())
+}
+
+/// Parses an interior index block.
+pub fn parse_dx_node(block: &[u8]) -> Result<DxNode, FormatError> {
+    bytes::need(
+        DX_NODE_STRUCTURE,
+        block,
+        DX_NODE_ENTRIES_OFFSET + DX_ENTRY_SIZE,
+    )?;
+    if !looks_like_dx_node(block) {
+        return Err(FormatError::bad_field(
+            DX_NODE_STRUCTURE,
+            "rec_len",
+            le16(block, 4),
+            "fake dirent must be unused and span the block",
+        ));
+    }
+    let (limit, entries) = parse_dx_entries(
+        DX_NODE_STRUCTURE,
+        block,
+        DX_NODE_ENTRIES_OFFSET,
+        dx_node_limit(block.len()),
+    )?;
+    Ok(DxNode { limit, entries })
+}
+
+/// Reads dx_countlimit at `off` and the `count` entries it governs.
+fn parse_dx_entries(
+    structure: &'static str,
+    block: &[u8],
+    off: usize,
+    expect_limit: usize,
+) -> Result<(u16, Vec<DxEntry>), FormatError> {
+    let limit = le16(block, off);
+    let count = le16(block, off + 2);
+    if usize::from(limit) != expect_limit {
+        return Err(FormatError::bad_field(
+            structure,
+            "limit",
+            limit,
+            "wrong for block size",
+        ));
+    }
+    if count == 0 || count > limit {
+        return Err(FormatError::bad_field(
+            structure,
+            "count",
+            count,
+            "must be 1..=limit",
+        ));
+    }
+    let mut entries = Vec::with_capacity(count.into());
+    for i in 0..usize::from(count) {
+        let e = block
+            .get(off + i * DX_ENTRY_SIZE..off + (i + 1) * DX_ENTRY_SIZE)
+            .ok_or_else(|| FormatError::bad_field(structure, "count", count, "past block end"))?;
+        let hash = if i == 0 { 0 } else { le32(e, 0) };
+        entries.push(DxEntry {
+            hash,
+            block: le32(e, 4),
+        });
+    }
+    Ok((limit, entries))
+}
+
+/// Builds an htree root block. `root.limit` is ignored (it follows from the
+/// block size) and `entries[0].hash` is not stored.
+pub fn write_dx_root(block_size: usize, root: &DxRoot) -> Result<Vec<u8>, FormatError> {
+    let mut block = new_dir_block(block_size, root.dot_inode, root.dotdot_inode)?;
+    put_le32(&mut block, DX_ROOT_INFO_OFFSET, 0);
+    block[0x1c] = root.hash_version;
+    block[0x1d] = DX_ROOT_INFO_LEN;
+    block[0x1e] = root.indirect_levels;
+    block[0x1f] = root.unused_flags;
+    let limit = dx_root_limit(block_size);
+    write_dx_entries(&mut block, DX_ROOT_ENTRIES_OFF, limit, &root.entries)?;
+    Ok(block)
+}
+
+/// Builds an interior index block.
+pub fn write_dx_node(block_size: usize, entries: &[DxEntry]) -> Result<Vec<u8>, FormatError> {
+    let mut block = init_block(block_size)?;
+    let limit = dx_node_limit(block_size);
+    write_dx_entries(&mut block, DX_NODE_ENTRIES_OFFSET, limit, entries)?;
+    Ok(block)
+}
+
+fn write_dx_entries(
+    block: &mut [u8],
+    off: usize,
+    limit: usize,
+    entries: &[DxEntry],
+) -> Result<(), FormatError> {
+    if entries.is_empty() || entries.len() > limit {
+        let n = entries.len() as u64;
+        return Err(FormatError::bad_field(
+            "dx_countlimit",
+            "count",
+            n,
+            "must be 1..=limit",
+        ));
+    }
+    for (i, e) in entries.iter().enumerate() {
+        put_le32(block, off + i * DX_ENTRY_SIZE, e.hash);
+        put_le32(block, off + i * DX_ENTRY_SIZE + 4, e.block);
+    }
+    // The countlimit overlays entry 0's hash, so it goes in last.
+    put_le16(block, off, limit as u16);
+    put_le16(block, off + 2, entries.len() as u16);
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::format::dirent::parse_block;
+    use crate::format::dirhash::{DX_HASH_HALF_MD4, DX_HASH_TEA};
 
     #[test]
     fn short_blocks_read_as_none() {
@@ -188,5 +439,81 @@ mod tests {
         assert_eq!((cl.limit, cl.count), (127, 3));
         assert_eq!(dx_entry(&b, 8, 0).map(|e| e.1), Some(1));
         assert_eq!(dx_entry(&b, 8, 2), Some((0x21, 3)));
+    }
+
+    fn sample_dx_root() -> DxRoot {
+        DxRoot {
+            dot_inode: InodeNo(12),
+            dotdot_inode: InodeNo(2),
+            hash_version: DX_HASH_HALF_MD4,
+            info_length: 8,
+            indirect_levels: 0,
+            unused_flags: 0,
+            limit: 0,
+            entries: vec![DxEntry { hash: 0, block: 1 }, DxEntry { hash: 8, block: 2 }],
+        }
+    }
+
+    #[test]
+    fn a_64k_root_and_node_read_back() {
+        const BS: usize = 65536;
+        let root = write_dx_root(BS, &sample_dx_root()).unwrap();
+        assert!(looks_like_dx_root(&root));
+        assert_eq!(
+            parse_dx_root(&root).unwrap().limit as usize,
+            dx_root_limit(BS)
+        );
+        let node = write_dx_node(BS, &sample_dx_root().entries).unwrap();
+        assert_eq!(
+            parse_dx_node(&node).unwrap().limit as usize,
+            dx_node_limit(BS)
+        );
+    }
+
+    #[test]
+    fn dx_root_and_node_round_trip() {
+        let entries: Vec<DxEntry> = (0..5)
+            .map(|i| DxEntry {
+                hash: if i == 0 { 0 } else { i * 0x1000_0000 },
+                block: i + 1,
+            })
+            .collect();
+        let root = DxRoot {
+            limit: dx_root_limit(1024) as u16,
+            entries: entries.clone(),
+            ..sample_dx_root()
+        };
+        let block = write_dx_root(1024, &root).unwrap();
+        assert!(looks_like_dx_root(&block));
+        assert_eq!(parse_dx_root(&block).unwrap(), root);
+        assert_eq!(root.limit, 124);
+        // The root still reads as a valid linear block holding "." and "..".
+        assert_eq!(parse_block(&block, None).unwrap().len(), 2);
+        let node = write_dx_node(1024, &entries).unwrap();
+        assert!(looks_like_dx_node(&node));
+        let parsed = parse_dx_node(&node).unwrap();
+        assert_eq!((parsed.limit, parsed.entries), (127, entries));
+    }
+
+    #[test]
+    fn dx_root_rejects_bad_info() {
+        let root = DxRoot {
+            hash_version: DX_HASH_TEA,
+            entries: vec![DxEntry::default()],
+            ..sample_dx_root()
+        };
+        let good = write_dx_root(1024, &root).unwrap();
+        for (off, v) in [
+            (0x1c, 9u8),
+            (0x1d, 4),
+            (0x1e, 2),
+            (0x1f, 1),
+            (0x22, 0),
+            (0x20, 1),
+        ] {
+            let mut b = good.clone();
+            b[off] = v;
+            assert!(parse_dx_root(&b).is_err(), "offset {off:#x}");
+        }
     }
 }

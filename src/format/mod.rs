@@ -8,6 +8,7 @@
 pub mod acl;
 pub mod bytes;
 pub mod dirent;
+pub mod dirhash;
 pub mod extent;
 pub mod group_desc;
 pub mod htree;

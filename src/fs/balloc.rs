@@ -12,7 +12,7 @@
 //! never on disk, expire when idle, and are ignored when only the blocks
 //! inside them are left. Beside them are the large files' layout pins
 //! (where a file's in-line layout starts and where it had to move on),
-//! which bmap.rs counts every goal from.
+//! which goal.rs counts every goal from.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::Ordering;
@@ -59,7 +59,7 @@ struct Windows {
     by_start: BTreeMap<u32, Window>,
     by_ino: HashMap<u32, u32>,
     /// Each large file's layout pins, logical block to disk block (see
-    /// bmap.rs `alloc_goal`): where its in-line layout starts and where it
+    /// goal.rs `alloc_goal`): where its in-line layout starts and where it
     /// had to move on.
     layouts: HashMap<u32, BTreeMap<u32, u64>>,
 }

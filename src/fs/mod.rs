@@ -13,6 +13,7 @@ pub mod dir;
 pub mod error;
 pub mod file;
 pub mod flags;
+pub mod goal;
 pub mod htree;
 pub mod ialloc;
 pub mod inode;

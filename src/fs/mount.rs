@@ -166,7 +166,7 @@ pub struct Filesystem {
     pub(crate) errors: Arc<super::error::ErrorState>,
     /// The most blocks one get_blocks/map_blocks call maps (`-o max_map=`).
     pub(crate) max_map: u32,
-    /// Per-inode allocation windows and read patterns (see bmap.rs).
+    /// Per-inode allocation windows and read patterns (see goal.rs).
     pub(crate) reservations: super::balloc::Reservations,
     pub(crate) readahead: super::readahead::ReadPatterns,
     /// POSIX ACLs are on (see acl.rs).

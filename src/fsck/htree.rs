@@ -14,10 +14,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::io;
 
 use crate::format::dirent::{self as de, dx_hash, effective_hash_version, rec_len_for};
+use crate::format::dirhash::DX_HASH_SIPHASH;
 use crate::format::htree::{
     dx_countlimit, dx_entry, dx_limit, set_dx_countlimit, set_dx_entry, set_dx_entry_block,
-    DxCountLimit, DxRootInfo, DX_HASH_SIPHASH, DX_NODE_ENTRIES_OFFSET, EXT4_DX_BLOCK_MASK,
-    EXT4_HTREE_LEVEL, EXT4_HTREE_LEVEL_COMPAT,
+    DxCountLimit, DxRootInfo, DX_NODE_ENTRIES_OFFSET, EXT4_DX_BLOCK_MASK, EXT4_HTREE_LEVEL,
+    EXT4_HTREE_LEVEL_COMPAT,
 };
 use crate::format::indirect;
 use crate::format::inode::flags::EXT2_INDEX_FL;
