@@ -246,19 +246,7 @@ impl Filesystem {
             let r = dirent::insert_entry(&mut data, ino, name, file_type);
             (r, block_room(&data))
         };
-        match res.map_err(|e| self.corrupt_dir(dir, e))? {
-            Insert::Inserted(_) => {}
-            Insert::Exists(_) => return Err(FsError::Exists),
-            Insert::NoSpace => {
-                return Err(FsError::corrupt(
-                    Location::Inode(dir),
-                    "directory",
-                    "logical block",
-                    block,
-                    "its free room was miscounted: the entry did not fit",
-                ))
-            }
-        }
+        entry_inserted(dir, block, res.map_err(|e| self.corrupt_dir(dir, e))?)?;
         // Only now that the entry is in: a failure before it must not
         // cost an htree directory its index flag.
         self.drop_htree(st);
@@ -396,5 +384,22 @@ impl Filesystem {
     pub(crate) fn dir_is_empty(&self, dir: InodeNo, st: &mut InodeState) -> Result<bool> {
         let idx = self.ensure_index(dir, st)?;
         Ok(idx.names.keys().all(|n| n == b"." || n == b".."))
+    }
+}
+
+/// What an insert into a block whose room was counted first must have done:
+/// put the entry in. Exists is the caller's EEXIST; no space means the count
+/// was wrong, which only a corrupt block explains.
+pub(super) fn entry_inserted(dir: InodeNo, block: u32, res: Insert) -> Result<()> {
+    match res {
+        Insert::Inserted(_) => Ok(()),
+        Insert::Exists(_) => Err(FsError::Exists),
+        Insert::NoSpace => Err(FsError::corrupt(
+            Location::Inode(dir),
+            "directory",
+            "logical block",
+            block,
+            "its free room was miscounted: the entry did not fit",
+        )),
     }
 }

@@ -447,19 +447,7 @@ impl Filesystem {
             }
             r
         };
-        match res.map_err(|e| self.corrupt_leaf(dir, e))? {
-            Insert::Inserted(_) => {}
-            Insert::Exists(_) => return Err(FsError::Exists),
-            Insert::NoSpace => {
-                return Err(FsError::corrupt(
-                    Location::Inode(dir),
-                    "directory",
-                    "logical block",
-                    leaf,
-                    "its free room was miscounted: the entry did not fit",
-                ))
-            }
-        }
+        super::dir::entry_inserted(dir, leaf, res.map_err(|e| self.corrupt_leaf(dir, e))?)?;
         let room = super::dir::block_room(&buf.read());
         self.dir_index_note(st, leaf, room, &[(name, ino, file_type)]);
         Ok(true)
