@@ -153,6 +153,7 @@ const CREATE_IN_SIZE: usize = 16;
 const IOCTL_IN_SIZE: usize = 32;
 const FALLOCATE_IN_SIZE: usize = 32;
 const LSEEK_IN_SIZE: usize = 24;
+const STATX_IN_SIZE: usize = 24;
 const COPY_FILE_RANGE_IN_SIZE: usize = 56;
 
 /// `fuse_setattr_in.valid` bits.
@@ -403,6 +404,12 @@ pub fn decode<'a>(h: &InHeader, op_in: &'a [u8], payload: &'a [u8]) -> Result<Op
             name: a.first_name("name")?,
         },
         FUSE_GETATTR => Op::Getattr { ino },
+        // The handle and the mask asked for do not change the answer: every
+        // field is known from the inode, so all of them are given.
+        FUSE_STATX => {
+            a.arg(STATX_IN_SIZE, "fuse_statx_in")?;
+            Op::Statx { ino }
+        }
         FUSE_SETATTR => Op::Setattr {
             ino,
             set: setattr(a.arg(SETATTR_IN_SIZE, "fuse_setattr_in")?),
@@ -751,6 +758,7 @@ pub fn encode(answer: Answer, limit: usize, out: &mut [u8]) -> Result<usize, Err
         Answer::Empty => {}
         Answer::Entry(e) => put_entry(&mut w, &e)?,
         Answer::Attr(attr) => put_attr_out(&mut w, &attr)?,
+        Answer::Statx(attr, btime) => put_statx_out(&mut w, &attr, btime)?,
         Answer::Data(data) => put_data(&mut w, &data, limit)?,
         Answer::Written(n) | Answer::XattrSize(n) => {
             w.u32(n)?;
@@ -840,6 +848,44 @@ fn put_open(w: &mut Writer<'_>, o: &OpenOut) -> Result<(), Errno> {
     w.u64(o.fh)?;
     w.u32(o.flags)?;
     w.u32(0)
+}
+
+/// include/uapi/linux/stat.h: the statx fields an answer fills in.
+const STATX_BASIC_STATS: u32 = 0x7ff;
+const STATX_BTIME: u32 = 0x800;
+
+/// `struct fuse_statx_out { attr_valid, attr_valid_nsec, flags, spare[2],
+/// struct fuse_statx }` (288 bytes). The kernel takes the basic fields
+/// into its cache only when the mask has all of them, and reports btime
+/// when the mask has it. No `attributes`: the kernel does not pass them on.
+fn put_statx_out(w: &mut Writer<'_>, a: &Attr, btime: Option<(i64, u32)>) -> Result<(), Errno> {
+    w.u64(TTL.as_secs())?;
+    w.u32(TTL.subsec_nanos())?;
+    w.zeros(4 + 16)?; // flags, spare[2]
+    let mask = STATX_BASIC_STATS | btime.map_or(0, |_| STATX_BTIME);
+    w.u32(mask)?;
+    w.u32(a.blksize)?;
+    w.u64(0)?; // attributes
+    for v in [a.nlink, a.uid, a.gid, a.mode & 0xffff] {
+        w.u32(v)?; // mode is a u16 and its u16 of padding, little-endian
+    }
+    for v in [a.ino, a.size, a.blocks, 0] {
+        w.u64(v)?; // the last is attributes_mask
+    }
+    for (sec, nsec) in [a.atime, btime.unwrap_or((0, 0)), a.ctime, a.mtime] {
+        w.u64(sec as u64)?;
+        w.u32(nsec)?;
+        w.u32(0)?;
+    }
+    // Attr::rdev is new_encode_dev's form: the kernel's new_decode_dev.
+    let (major, minor) = (
+        (a.rdev & 0xfff00) >> 8,
+        (a.rdev & 0xff) | ((a.rdev >> 12) & 0xfff00),
+    );
+    for v in [major, minor, 0, 0] {
+        w.u32(v)?; // rdev, then dev (the kernel fills in its own)
+    }
+    w.zeros(14 * 8)
 }
 
 /// `struct fuse_statfs_out` (`fuse_kstatfs`, 80 bytes).
@@ -1288,6 +1334,19 @@ mod tests {
     }
 
     #[test]
+    fn decodes_statx() {
+        let mut s = Vec::new();
+        p32(&mut s, 1); // getattr_flags: FUSE_GETATTR_FH
+        p32(&mut s, 0);
+        s.extend_from_slice(&7u64.to_le_bytes()); // fh
+        p32(&mut s, 0); // sx_flags
+        p32(&mut s, STATX_BASIC_STATS | STATX_BTIME);
+        let s = area(&s);
+        let op = decode(&header(FUSE_STATX, 5), &s, b"").unwrap();
+        assert!(matches!(op, Op::Statx { ino: 5 }), "{op:?}");
+    }
+
+    #[test]
     fn decodes_readdirplus_and_readdir_with_size() {
         let mut s = Vec::new();
         p64(&mut s, 9); // fh
@@ -1424,6 +1483,42 @@ mod tests {
         let neg = enc(Answer::Entry(EntryOut::negative()));
         assert_eq!((neg.len(), g64(&neg, 0)), (128, 0));
         assert_eq!(g64(&neg, 16), TTL.as_secs());
+    }
+
+    #[test]
+    fn encodes_statx_out_with_and_without_btime() {
+        let mut a = sample_attr();
+        a.rdev = (259 << 8) | 0xff | (0xfff00 << 12); // 259:0xfffff, new_encode_dev
+        let b = enc(Answer::Statx(a, Some((1_700_000_000, 42))));
+        assert_eq!(b.len(), 288);
+        assert_eq!(
+            (g64(&b, 0), g32(&b, 8)),
+            (TTL.as_secs(), TTL.subsec_nanos())
+        );
+        assert!(b[12..32].iter().all(|&x| x == 0), "flags and spare");
+        let sx = 32; // struct fuse_statx
+        assert_eq!(g32(&b, sx), STATX_BASIC_STATS | STATX_BTIME);
+        assert_eq!(g32(&b, sx + 4), a.blksize);
+        assert_eq!(g64(&b, sx + 8), 0, "attributes");
+        assert_eq!((g32(&b, sx + 16), g32(&b, sx + 20)), (a.nlink, a.uid));
+        assert_eq!(
+            (g32(&b, sx + 24), g32(&b, sx + 28)),
+            (a.gid, a.mode & 0xffff)
+        );
+        assert_eq!((g64(&b, sx + 32), g64(&b, sx + 40)), (a.ino, a.size));
+        assert_eq!((g64(&b, sx + 48), g64(&b, sx + 56)), (a.blocks, 0));
+        let time = |i: usize| (g64(&b, sx + 64 + 16 * i) as i64, g32(&b, sx + 72 + 16 * i));
+        assert_eq!([time(0), time(2), time(3)], [a.atime, a.ctime, a.mtime]);
+        assert_eq!(time(1), (1_700_000_000, 42), "btime");
+        assert_eq!(
+            (g32(&b, sx + 128), g32(&b, sx + 132)),
+            (259, 0xfffff),
+            "rdev"
+        );
+        assert!(b[sx + 136..].iter().all(|&x| x == 0), "dev and spare");
+        let none = enc(Answer::Statx(a, None));
+        assert_eq!(g32(&none, sx), STATX_BASIC_STATS, "no btime to report");
+        assert_eq!((g64(&none, sx + 80), g32(&none, sx + 88)), (0, 0));
     }
 
     #[test]

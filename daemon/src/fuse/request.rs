@@ -65,6 +65,12 @@ pub enum Op<'a> {
     Getattr {
         ino: NodeId,
     },
+    /// FUSE_STATX: the attributes and the creation time. Only the io_uring
+    /// transport decodes it; fuser 0.18 answers ENOSYS itself, and the
+    /// kernel then asks GETATTR and reports no btime.
+    Statx {
+        ino: NodeId,
+    },
     Setattr {
         ino: NodeId,
         set: SetattrIn,
@@ -239,6 +245,7 @@ impl Op<'_> {
         match self {
             Op::Lookup { .. } => "lookup",
             Op::Getattr { .. } => "getattr",
+            Op::Statx { .. } => "statx",
             Op::Setattr { .. } => "setattr",
             Op::Readlink { .. } => "readlink",
             Op::Symlink { .. } => "symlink",
@@ -288,6 +295,7 @@ impl Op<'_> {
             | Op::Create { parent, .. }
             | Op::Tmpfile { parent, .. } => parent,
             Op::Getattr { ino }
+            | Op::Statx { ino }
             | Op::Setattr { ino, .. }
             | Op::Readlink { ino }
             | Op::Link { ino, .. }
@@ -423,6 +431,9 @@ pub enum Answer {
     Empty,
     Entry(EntryOut),
     Attr(Attr),
+    /// STATX: the attributes and, where the inode keeps one, its creation
+    /// time (ext3's large inodes: `i_crtime`).
+    Statx(Attr, Option<(i64, u32)>),
     /// READ, READLINK, GETXATTR/LISTXATTR contents, IOCTL out data.
     Data(Vec<u8>),
     Written(u32),
