@@ -223,7 +223,7 @@ def fill(path, mib):
 
 class Run:
     def __init__(self, a, transports, emit):
-        self.a, self.transports, self.emit = a, transports, emit
+        self.a, self.transports, self.record = a, transports, emit
         self.cache = os.environ.get("JBDFS_CACHE_SIZE", "64M")
         self.jbdfs = []  # every jbdfs target, for the peak memory
 
@@ -233,9 +233,6 @@ class Run:
                           log=f"{work}/jbdfs.log", image=img, size="3G", workdir_=work)
         self.jbdfs.append(t)
         return t
-
-    def record(self, fs, backing, test, mode, rnd, mbs):
-        self.emit(fs, backing, test, mode, rnd, mbs)
 
     def backing(self, name, d, nbd):
         work = tempfile.mkdtemp(prefix="jbdfs-seqio.", dir=d)

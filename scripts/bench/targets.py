@@ -112,6 +112,7 @@ class Target:
             f.write(out.stdout)
         if out.returncode == 0:
             return True
+        sys.stdout.flush()
         print(out.stdout, file=sys.stderr)
         what = what or getattr(self, "what", None) or repr(self)
         warn(f"e2fsck -fn {self.image} exited with status {out.returncode} ({what})")
