@@ -86,10 +86,10 @@ labels=()
 for b in "${builds[@]}"; do labels+=("${b%%=*}"); done
 section "before and after ($(date -u +%F), $rounds rounds, medians)"
 PYTHONPATH="$JBDFS_ROOT/scripts" python3 - "$results" "${labels[@]}" <<'EOF'
-import statistics
 import sys
 
-from bench_report import num, ratio, table
+from bench.report import num, ratio, table
+from bench.stats import median
 
 path, labels = sys.argv[1], sys.argv[2:]
 runs = {}
@@ -98,7 +98,7 @@ for line in open(path):
     runs.setdefault(figure, {}).setdefault(label, []).append(float(value))
 rows = []
 for figure, by_label in runs.items():
-    meds = [statistics.median(by_label[l]) if l in by_label else None for l in labels]
+    meds = [median(by_label[l]) if l in by_label else None for l in labels]
     rows.append([figure] + [num(m) for m in meds] + [ratio(m, meds[0]) for m in meds[1:]])
 table(["figure"] + labels + [f"{l}/{labels[0]}" for l in labels[1:]], rows)
 EOF

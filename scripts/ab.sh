@@ -11,9 +11,9 @@
 #       [--out FILE] [bench-fsmark.sh options]
 #
 # --transport: the FUSE transport of every jbdfs mount, /dev/fuse (the
-# default) or FUSE over io_uring (-o io_uring; enable_uring is turned on for
-# the run and put back; refused when it cannot be); passed to
-# bench-fsmark.sh, which could also take "both" (twice the time).
+# default) or FUSE over io_uring (-o io_uring; only where enable_uring reads
+# Y, which this run does not change: otherwise /dev/fuse, with a note);
+# passed to bench-fsmark.sh, which could also take "both" (twice the time).
 #
 # --quick: bdelay 0, 1 and auto; data=ordered and journal; ramdisk and
 # sata; 1 and 4 threads; small runs (about a minute: a CI smoke test).

@@ -1,6 +1,7 @@
-"""Shared by the benchmark reports (scripts/bench-*.py): Markdown tables,
-number formatting, ratios and PNG line charts (matplotlib, drawn off-screen;
-charts are skipped with a warning when matplotlib is missing)."""
+"""The reports: Markdown tables, number formatting, ratios (against the
+references measured in the same run) and PNG charts (matplotlib, drawn
+off-screen; skipped with a warning when matplotlib is missing: the wrappers
+run Debian's /usr/bin/python3, which has it when python3-matplotlib is in)."""
 import os
 import sys
 
@@ -16,6 +17,11 @@ def ratio(a, b):
     if a is None or not b:
         return "–"
     return f"{a / b:.2f}x"
+
+
+def ordered(values, order):
+    """VALUES sorted by their place in ORDER, the others after them by name."""
+    return sorted(values, key=lambda v: (order.index(v) if v in order else len(order), v))
 
 
 def table(header, rows):

@@ -1,14 +1,21 @@
 #!/usr/bin/env python3
-"""Source-tree workload, compilebench-like (BENCHMARKS.md section 4), run on
-one mounted filesystem; used by scripts/bench-tree.sh.
+"""Source tree, compilebench-like (BENCHMARKS.md section 4): the phases
+below on jbdfs and on Linux ext3 (loop), in one run, on a ramdisk image and
+a disk image, each on a fresh image checked with e2fsck -fn after its run.
+Prints seconds per phase (the best of the repeats) with the ratio
+jbdfs/ext3.
 
-    bench-tree.py run DIR [--files N] [--seed S] [--drop-caches]
-        prints one TSV line per phase: phase, seconds, MiB moved
-    bench-tree.py report RESULTS.tsv [--charts DIR]
-        RESULTS lines are: fs, device, phase, seconds, MiB; prints the
-        table of seconds per phase against Linux ext3, with ratios; fs is
-        ext3, jbdfs/TRANSPORT or floor/TRANSPORT (dev_fuse or io_uring; a
-        plain jbdfs or floor is dev_fuse), one column per transport
+    bench tree [--quick] [--devices "ram disk"] [--files N] [--repeat R]
+        [--data MODE] [--opts JBDFS_OPTS] [--floor]
+        [--transport dev_fuse|io_uring|both] [--charts DIR] [--out FILE]
+    bench tree --report RESULTS.tsv [--charts DIR]
+
+--floor adds the FUSE floor (daemon/examples/fuse_floor.rs: no storage)
+beside ext3. --transport: jbdfs (and the floor) on /dev/fuse, on io_uring
+or both, in turn within each repeat (default both; io_uring only where
+enable_uring is Y). --quick: 500 files, ram only. RESULTS lines (--out) are:
+fs, device, phase, seconds, MiB; fs is ext3, jbdfs/TRANSPORT or
+floor/TRANSPORT (a plain jbdfs or floor is dev_fuse).
 
 The tree is shaped like a kernel source tree: nested directories, sizes
 drawn from a fixed seed (log-normal, median ~7 KiB). Phases: initial create,
@@ -18,15 +25,13 @@ the objects), read tree, stat tree, delete tree. Every write phase ends with
 sync(), so its data is on the device; read phases start from a cold kernel
 cache when --drop-caches is given.
 """
-import argparse
 import os
 import random
-import sys
 import time
 from collections import defaultdict
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import bench_report as report  # noqa: E402
+from . import common, report, stats, targets
+
 
 PHASES = ["initial create", "create", "patch", "compile", "read compiled tree",
           "clean", "read tree", "stat tree", "delete tree"]
@@ -117,19 +122,11 @@ def delete_tree(root):
     return 0
 
 
-def drop_caches():
-    os.sync()
-    try:
-        with open("/proc/sys/vm/drop_caches", "w") as f:
-            f.write("3\n")
-    except OSError:
-        pass
-
-
-def run(args):
-    shape = tree_shape(args.files, args.seed)
-    rng = random.Random(args.seed + 1)
-    k0, k1 = os.path.join(args.dir, "kernel-0"), os.path.join(args.dir, "kernel-1")
+def run(root, files, seed=2008, drop_caches=True):
+    """The phases on the filesystem mounted on ROOT: yields (phase, seconds, MiB moved)."""
+    shape = tree_shape(files, seed)
+    rng = random.Random(seed + 1)
+    k0, k1 = os.path.join(root, "kernel-0"), os.path.join(root, "kernel-1")
     objs = objects(shape)
     steps = {
         "initial create": lambda: create_tree(k0, shape),
@@ -139,19 +136,19 @@ def run(args):
         "read compiled tree": lambda: read_tree(k0),
         "clean": lambda: sum(os.unlink(os.path.join(k0, r)) or 0 for r, _ in objs),
         "read tree": lambda: read_tree(k1),
-        "stat tree": lambda: stat_tree(args.dir),
+        "stat tree": lambda: stat_tree(root),
         "delete tree": lambda: delete_tree(k0) + delete_tree(k1),
     }
     for phase in PHASES:
         reads = phase.startswith("read") or phase == "stat tree"
-        if reads and args.drop_caches:
-            drop_caches()
+        if reads and drop_caches:
+            common.drop_caches()
         t0 = time.perf_counter()
         moved = steps[phase]()
         if not reads:
             os.sync()
         secs = time.perf_counter() - t0
-        print(f"{phase}\t{secs:.4f}\t{moved / MIB:.2f}", flush=True)
+        yield phase, f"{secs:.4f}", f"{moved / MIB:.2f}"
 
 
 TRANSPORT_ORDER = ["dev_fuse", "io_uring"]
@@ -162,15 +159,15 @@ def fs_name(fs):
     return f"{fs}/dev_fuse" if fs in ("jbdfs", "floor") else fs
 
 
-def report_results(args):
+def report_results(results, charts=None):
     res = defaultdict(lambda: defaultdict(list))
-    with open(args.results) as f:
+    with open(results) as f:
         for line in f:
             fs, dev, phase, secs, mib = line.rstrip("\n").split("\t")
             res[(fs_name(fs), dev)][phase].append((float(secs), float(mib)))
     # The best (fastest) of the repeats: on a shared machine other work only
     # ever slows a phase down.
-    med = {k: {p: min(v) for p, v in d.items()} for k, d in res.items()}
+    med = {k: {p: stats.best(v, higher_is_better=False) for p, v in d.items()} for k, d in res.items()}
 
     def on(base, dev):
         """{transport: {phase: (s, MiB)}} for jbdfs or floor on dev, in order."""
@@ -224,30 +221,24 @@ def report_results(args):
               "(lower is better), "
               f"MiB/s where data moves; ratios are of times (jbdfs/TRANSPORT time / ext3 time):\n")
         report.table(head, rows)
-        if args.charts:
+        if charts:
             bars = [(f"jbdfs/{t}", [d.get(p, (None,))[0] for p in PHASES]) for t, d in mine.items()]
             bars.append(("Linux ext3", [ext3.get(p, (None,))[0] for p in PHASES]))
             bars += [(f"FUSE floor/{t} (no storage)", [d.get(p, (None,))[0] for p in PHASES])
                      for t, d in floors.items()]
-            report.bar_chart(os.path.join(args.charts, f"tree-{dev}.png"),
+            report.bar_chart(os.path.join(charts, f"tree-{dev}.png"),
                              f"compilebench-like phases on {dev} (seconds, lower is better)",
                              "seconds", PHASES, bars)
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    sub = ap.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run")
-    r.add_argument("dir")
-    r.add_argument("--files", type=int, default=3000)
-    r.add_argument("--seed", type=int, default=2008)
-    r.add_argument("--drop-caches", action="store_true")
-    p = sub.add_parser("report")
-    p.add_argument("results")
-    p.add_argument("--charts")
-    args = ap.parse_args()
-    run(args) if args.cmd == "run" else report_results(args)
-
-
-if __name__ == "__main__":
-    main()
+def main(argv):
+    ap = common.parser(__doc__, "quick", "devices", "files", "repeat", "data", "opts", "charts", "out", "report")
+    ap.add_argument("--floor", action="store_true")
+    ap.add_argument("--transport")
+    ap.add_argument("--seed", type=int, default=2008)
+    a = ap.parse_args(argv)
+    # The transports: a --transport (or "both") for jbdfs and the floor.
+    return targets.one_at_a_time_main(a, "tree", (500, 3000), ["ext3"] + (["floor"] if a.floor else []),
+                                      lambda mnt: run(mnt, a.files, a.seed), report_results,
+                                      transports=a.transport or "both", floor=a.floor,
+                                      title="source tree, compilebench-like (bench-tree.sh)")
