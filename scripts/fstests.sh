@@ -13,6 +13,11 @@
 #                       io_uring (-o io_uring) or both. For io_uring the
 #                       script turns /sys/module/fuse/parameters/enable_uring
 #                       on and puts back what it found, on any exit
+#   --devices D         what jbdfs's TEST_DEV and SCRATCH_DEV are: loop
+#                       (loop devices over the image files, as for ext3;
+#                       the default) or file (the image files themselves).
+#                       Without loop devices the run falls back to file,
+#                       loudly (a failure with CI set, or when asked for)
 #   --no-ext3           do not run the ext3 reference
 #   --no-jbdfs          run only the ext3 reference
 #   --exclude FILE      tests not run on jbdfs, one per line with the reason
@@ -32,12 +37,14 @@
 # beside the checkout, else /work/shared/fstests/), unpacked and built once
 # into ${JBDFS_FSTESTS_DIR:-/tmp/jbdfs-fstests}/<tarball name> and reused.
 # The tree is patched so that fstests' _fs_type maps the mount type
-# fuse.jbdfs to fuse. Its Debian build dependencies are installed with
-# apt-get, and the users fsgqa, fsgqa2, 123456-fsgqa and the group fsgqa are
-# created when missing.
+# fuse.jbdfs to fuse, and so that check does not wipe a fuse SCRATCH_DEV
+# before each test (fstests cannot make a fuse filesystem again). Its
+# Debian build dependencies are installed with apt-get, and the users
+# fsgqa, fsgqa2, 123456-fsgqa and the group fsgqa are created when missing.
 #
-# jbdfs: FSTYP=fuse, FUSE_SUBTYP=.jbdfs, TEST_DEV and SCRATCH_DEV are image
-# files made by mkfs-jbdfs, and fstests mounts them with
+# jbdfs: FSTYP=fuse, FUSE_SUBTYP=.jbdfs, TEST_DEV and SCRATCH_DEV are loop
+# devices over image files (or, with --devices file, the image files), made
+# by mkfs-jbdfs, and fstests mounts them with
 # `mount -t fuse.jbdfs` (mount.fuse3 runs `jbdfs`, with a PATH that mount(8)
 # has reset; a root mount allows other users). So /usr/local/bin/jbdfs must
 # be this build's: when it is missing the script links it to target/release
@@ -45,6 +52,10 @@
 # daemon: when it is missing the script installs it for the run. Both are
 # removed when the last run that uses them ends; another jbdfs in
 # /usr/local/bin is refused.
+# Loop devices are the default, as for ext3: the 13 quick tests that want
+# SCRATCH_DEV to be a block device, or 512-byte sectors below the block
+# size, then run on jbdfs too (6 of them pass), and the quick sample gives
+# the same results as on image files (docs/FSTESTS.md, 2026-12-06).
 # ext3: FSTYP=ext3, TEST_DEV and SCRATCH_DEV are loop devices over image
 # files.
 #
@@ -53,7 +64,8 @@
 # the machine touches its mounts nor hangs it. Each test runs in its own
 # `./check TEST` (under `timeout`). After it, the
 # script unmounts whatever is still mounted, waits until no process holds the
-# images (the daemons have exited), and runs `e2fsck -fn` on both images. An
+# images or their loop devices (the daemons have exited), and runs
+# `e2fsck -fn` on both (through the loop devices, if any). An
 # unclean image, a daemon that does not exit within 60 s, or a test past
 # --timeout is a failure of that test (the image is then made afresh for the
 # next test). fstests runs no fsck of its own for fuse.
@@ -65,8 +77,9 @@
 # jbdfs fails a test ext3 passed in the same run (or any test, with
 # --no-ext3) that is not a known failure, when an image is unclean, or when a
 # test or daemon hangs.
-# Needs root, /dev/fuse (jbdfs) and loop devices (ext3): when one is missing
-# it skips loudly (exit 0), or fails with CI set. See docs/FSTESTS.md.
+# Needs root, /dev/fuse (jbdfs) and loop devices (ext3; jbdfs falls back to
+# files without them, above): when one is missing it skips loudly (exit 0),
+# or fails with CI set. See docs/FSTESTS.md.
 set -euo pipefail
 
 # shellcheck source=scripts/lib.sh
@@ -79,6 +92,8 @@ groups=()
 tests=()
 quick_sample=0
 transport=dev_fuse
+devices=loop
+devices_given=0
 run_ext3=1
 run_jbdfs=1
 exclude_file="$JBDFS_ROOT/scripts/fstests.exclude"
@@ -91,6 +106,7 @@ while [ $# -gt 0 ]; do
         -g) groups+=("$2"); shift ;;
         --quick-sample) quick_sample=1 ;;
         --transport) transport="$2"; shift ;;
+        --devices) devices="$2"; devices_given=1; shift ;;
         --no-ext3) run_ext3=0 ;;
         --no-jbdfs) run_jbdfs=0 ;;
         --exclude) exclude_file="$2"; shift ;;
@@ -115,6 +131,10 @@ case "$transport" in
     *) die "--transport takes dev_fuse, io_uring or both, not '$transport'" ;;
 esac
 [ "$run_jbdfs" -eq 1 ] || transports=()
+case "$devices" in
+    loop | file) ;;
+    *) die "--devices takes loop or file, not '$devices'" ;;
+esac
 if [ "$quick_sample" -eq 0 ] && [ ${#groups[@]} -eq 0 ] && [ ${#tests[@]} -eq 0 ]; then
     die "say what to run: TEST..., -g GROUP or --quick-sample (see --help)"
 fi
@@ -147,7 +167,7 @@ LOOPS=()             # loop devices we attached
 # the last run out removes what was installed.
 SHARE_DIR=/run/jbdfs-fstests
 uring_was=""         # enable_uring's value before we turned it on
-IMAGES=()            # every image of the run, for the daemon hunt below
+IMAGES=()            # every image and device of the run, for the daemon hunt below
 
 # uring_on: make sure enable_uring is on, remembering what it was. Called
 # before every io_uring test: the switch is the whole machine's, and another
@@ -275,6 +295,17 @@ if ! grep -q 's/fuse.jbdfs/fuse/' "$src/common/rc"; then
         "$src/common/rc"
     grep -q 's/fuse.jbdfs/fuse/' "$src/common/rc" || die "cannot patch _fs_type in $src/common/rc"
 fi
+# Before every test, check wipes a SCRATCH_DEV that is a block device
+# (wipefs -a: _try_wipe_scratch_devs), and for fuse _scratch_mkfs makes
+# nothing again (it only empties the mount): on a loop device every test
+# would find no filesystem. Skipped for fuse, as it is for image files
+# (test -b).
+if ! grep -q 'jbdfs: fuse cannot mkfs' "$src/common/rc"; then
+    # shellcheck disable=SC2016 # the $ are fstests' own
+    sed -i '/^_try_wipe_scratch_devs()$/,/^}$/ s|^\ttest -x "\$WIPEFS_PROG" [|][|] return 0$|&\n\t# jbdfs: fuse cannot mkfs again (_scratch_mkfs), so never wipe it\n\t[ "$FSTYP" != fuse ] \|\| return 0|' \
+        "$src/common/rc"
+    grep -q 'jbdfs: fuse cannot mkfs' "$src/common/rc" || die "cannot patch _try_wipe_scratch_devs in $src/common/rc"
+fi
 if [ ! -f "$src/.jbdfs-built" ]; then
     info "building fstests in $src (make -j2; log $src/jbdfs-build.log)"
     (cd "$src" && make -j2) >"$src/jbdfs-build.log" 2>&1 \
@@ -336,6 +367,14 @@ for t in "${transports[@]}"; do
     targets+=("jbdfs-$t")
 done
 [ ${#targets[@]} -gt 0 ] || skip_or_fail "no target can run"
+if [ ${#transports[@]} -gt 0 ] && [ "$devices" = loop ] && ! have_loop; then
+    why="no usable loop device (/dev/loop-control, losetup -f)"
+    if [ -n "${CI:-}" ] || [ "$devices_given" -eq 1 ]; then
+        die "--devices loop: $why"
+    fi
+    printf '\n%s: jbdfs on image FILES, not loop devices: %s\n\n' "$(basename "$0")" "$why" >&2
+    devices="file"
+fi
 
 if [ ${#transports[@]} -gt 0 ]; then
     build_jbdfs
@@ -365,6 +404,14 @@ make_fs() {
     esac
 }
 
+# attach_loops: loop devices over TIMG and SIMG; sets TDEV and SDEV.
+attach_loops() {
+    TDEV="$(losetup -f --show "$TIMG")" || die "losetup $TIMG failed"
+    LOOPS+=("$TDEV")
+    SDEV="$(losetup -f --show "$SIMG")" || die "losetup $SIMG failed"
+    LOOPS+=("$SDEV")
+}
+
 # setup TARGET: images, devices, mount points and fstests' config for
 # TARGET; sets TDEV, SDEV (what fstests mounts), TIMG, SIMG, TDIR, SDIR, CONF.
 setup() {
@@ -379,13 +426,12 @@ setup() {
     new_mountpoint SDIR "fstests-$target-scratch"
     if [ "$target" = ext3 ]; then
         kind=loop
-        TDEV="$(losetup -f --show "$TIMG")" || die "losetup $TIMG failed"
-        LOOPS+=("$TDEV")
-        SDEV="$(losetup -f --show "$SIMG")" || die "losetup $SIMG failed"
-        LOOPS+=("$SDEV")
+        attach_loops
     else
         TDEV="$TIMG"
         SDEV="$SIMG"
+        [ "$devices" = file ] || attach_loops
+        IMAGES+=("$TDEV" "$SDEV")
         opts="$(transport_option "${target#jbdfs-}")"
     fi
     make_fs "$target" "$TDEV"
@@ -395,6 +441,7 @@ setup() {
     CONF="$dir/local.config"
     {
         echo "# fstests configuration for $target (scripts/fstests.sh)"
+        [ "$target" = ext3 ] || echo "# jbdfs with --devices $devices (loop: loop devices over the images; file: the images)"
         echo "export TEST_DEV=$TDEV TEST_DIR=$TDIR SCRATCH_DEV=$SDEV SCRATCH_MNT=$SDIR"
         echo "export RESULT_BASE=$dir/results"
         if [ "$target" = ext3 ]; then
@@ -423,7 +470,8 @@ umount_retry() {
 }
 
 # settle TARGET TEST LOG: after a test, unmount what is still mounted, wait
-# until no process holds the images, and e2fsck -fn both. Prints "hung",
+# until no process holds the images or their loop devices, and e2fsck -fn
+# both. Prints "hung",
 # "unclean" or nothing; an image found unclean is made afresh.
 settle() {
     local target="$1" t="$2" log="$3" verdict="" dir img dev pid n out
@@ -439,7 +487,7 @@ settle() {
             umount -l "$dir" >>"$log" 2>&1 || true
         fi
     done
-    for img in "$TIMG" "$SIMG"; do
+    for img in "$TDEV" "$SDEV"; do
         [ "$target" = ext3 ] && break
         for n in $(seq 1 600); do
             [ -n "$(image_holders "$img")" ] || break
