@@ -119,7 +119,7 @@ step scripts/e2fsprogs-tests.sh --min-pass 95 --strict \
 step scripts/fstests.sh --quick-sample --transport both --timeout 300 \
     --known-failures 'generic/277=a regular file ctime after chattr: under FUSE writeback cache the kernel keeps regular files c/mtime itself and never takes them from the daemon' \
     --known-failures 'generic/424=statx attributes (immutable, append, nodump) not reported over FUSE (issue 21)' \
-    --known-failures 'generic/050=write-protected device: fstests expects mount(8) own read-only retry messages, which a FUSE mount does not give, and jbdfs does not notice a write-protected device (docs/FSTESTS.md)'
+    --known-failures 'generic/050=write-protected device: fstests expects mount(8) own read-only retry messages, which a FUSE mount does not give (docs/FSTESTS.md)'
 step scripts/fsx.sh --stress --quick --transport dev_fuse
 
 section "all steps passed"

@@ -161,7 +161,7 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
 /// NBD export (whose server says whether it takes writes when connected).
 fn can_write(cfg: &DaemonConfig) -> bool {
     match Source::parse(cfg.source.as_os_str()) {
-        Ok(Source::Path(path)) => std::fs::OpenOptions::new().write(true).open(path).is_ok(),
+        Ok(Source::Path(path)) => jbdfs::device::file::write_protected(&path).is_none(),
         Ok(Source::Nbd(_)) => true,
         Err(_) => false,
     }
@@ -178,6 +178,9 @@ fn recover_for_read_only(cfg: &DaemonConfig) -> anyhow::Result<()> {
     let Ok(Source::Path(path)) = Source::parse(cfg.source.as_os_str()) else {
         return Ok(());
     };
+    if jbdfs::device::file::write_protected(&path).is_some() {
+        return Ok(()); // as Linux: mounted as it is, with the warning
+    }
     let look = OpenOptions {
         read_only: true,
         ..Default::default()
@@ -234,6 +237,16 @@ fn open_source(
         let opened =
             jbdfs::device::open::open(&source, &opts).map_err(|e| anyhow::anyhow!("{src}: {e}"))?;
         return Ok((opened, None));
+    };
+    // As mount(8) does: a write-protected source is mounted read-only (the
+    // caller says so; see check_mountable).
+    let opts = match !opts.read_only && jbdfs::device::file::write_protected(path).is_some() {
+        true => OpenOptions {
+            read_only: true,
+            shared_lock: false,
+            ..opts
+        },
+        false => opts,
     };
     let dev = open_file(path, &cfg.mountpoint, opts)?;
     let claim = match opts.shared_lock {
@@ -317,9 +330,10 @@ fn take_mark_requests(rec: &RecordingDevice, log: &Path) {
 /// can mount, so that errors reach the user before daemonizing.
 /// An image in use is refused here too, with the lock the mount will take
 /// (exclusive unless read-only), so a second mount fails before daemonizing.
-/// Returns whether the source can only be read (an NBD export offered
-/// read-only), so that the caller mounts read-only.
-pub fn check_mountable(cfg: &DaemonConfig) -> anyhow::Result<bool> {
+/// Returns why the source can only be read, if it can (an NBD export
+/// offered read-only, a write-protected device or image), so that the
+/// caller mounts read-only.
+pub fn check_mountable(cfg: &DaemonConfig) -> anyhow::Result<Option<String>> {
     let opts = OpenOptions {
         read_only: cfg.mount.read_only,
         ..Default::default()
@@ -333,7 +347,16 @@ pub fn check_mountable(cfg: &DaemonConfig) -> anyhow::Result<bool> {
         return Err(cannot(why));
     }
     jbdfs::fs::mount::read_group_descs(dev, &sb).map_err(|e| cannot(e.to_string()))?;
-    Ok(opened.read_only)
+    if !opened.read_only || cfg.mount.read_only {
+        return Ok(None);
+    }
+    Ok(Some(match Source::parse(cfg.source.as_os_str()) {
+        Ok(Source::Path(path)) => jbdfs::device::file::write_protected(&path)
+            .map_or("write-protected".to_string(), |why| {
+                format!("write-protected ({why})")
+            }),
+        _ => "the NBD server exports it read-only".to_string(),
+    }))
 }
 
 /// The image's canonical path: the mount's source in mountinfo, which

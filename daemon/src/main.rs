@@ -156,12 +156,12 @@ fn run(args: Args) -> anyhow::Result<()> {
         nbd_connections: opts.nbd_connections,
         mount_options: opts.clone(),
     };
-    if daemon::check_mountable(&cfg)? && !cfg.mount.read_only {
+    if let Some(why) = daemon::check_mountable(&cfg)? {
         // As mount(8) does for a write-protected device. Said once: the
         // daemonized child comes through here again.
         if std::env::var_os(daemon::CHILD_ENV).is_none() {
             eprintln!(
-                "jbdfs: {}: the NBD server exports it read-only; mounting read-only",
+                "jbdfs: {}: {why}; mounting read-only",
                 args.source.display()
             );
         }

@@ -649,3 +649,50 @@ fn the_umount_helper_waits_for_the_daemon_of_a_block_device() {
     drop(dev);
     fx.e2fsck_clean("the image after mounts of its loop device");
 }
+
+/// A block device set read-only (`blockdev --setro`) is opened for writing
+/// by the kernel, which then refuses each write with EPERM: a read-write
+/// mount of one failed at its first commit. As mount(8) does, jbdfs mounts
+/// it read-only and says so, and a remount read-write is refused.
+#[test]
+fn a_write_protected_block_device_mounts_read_only() {
+    let test = "a_write_protected_block_device_mounts_read_only";
+    let Some(_turn) = ready(test) else {
+        return;
+    };
+    if let Err(why) = common::loop_mounts_available() {
+        assert!(std::env::var_os("CI").is_none(), "CI is set but: {why}");
+        eprintln!("SKIP {test}: {why}");
+        return;
+    }
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/umount.fuse.jbdfs");
+    let fx = Fixture {
+        image: daemon_common::image_4k("setro", 64 << 20),
+        dir: TempDir::new("setro"),
+    };
+    let a = fx.mnt("a");
+    let dev = LoopDevice::attach(&fx.image.path);
+    common::run("blockdev", ["--setro", s(&dev.0)]).expect_ok();
+    let out = jbdfs(&[s(&dev.0), s(&a)]);
+    assert!(out.success(), "mount:\n{}", out.describe());
+    assert!(
+        out.stderr.contains("write-protected") && out.stderr.contains("mounting read-only"),
+        "the user is told: {}",
+        out.describe()
+    );
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap();
+    let line = mounts
+        .lines()
+        .find(|l| l.split(' ').nth(1) == Some(s(&a)))
+        .expect("mounted");
+    assert!(line.split(' ').nth(3).unwrap().starts_with("ro,"), "{line}");
+    let err = std::fs::write(a.join("f"), b"x").unwrap_err();
+    assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
+    assert!(a.join("lost+found").is_dir(), "the filesystem reads");
+    let remount = jbdfs(&[s(&dev.0), s(&a), "-o", "remount,rw"]);
+    assert!(!remount.success(), "remount rw of a write-protected device");
+    common::run(s(&helper), [s(&a)]).expect_ok();
+    common::run("blockdev", ["--setrw", s(&dev.0)]).expect_ok();
+    drop(dev);
+    fx.e2fsck_clean("a write-protected device after a read-only mount");
+}

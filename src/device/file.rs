@@ -268,6 +268,43 @@ impl BlockDevice for FileDevice {
     }
 }
 
+/// Why `path` can be read but not written, if it cannot: a block device
+/// set read-only (`blockdev --setro`, a write-protected disk), which the
+/// kernel opens for writing and then refuses every write of with EPERM,
+/// or a source that cannot be opened for writing (EROFS, EACCES, EPERM).
+/// mount(8) mounts such a device read-only, with a warning.
+pub fn write_protected(path: &Path) -> Option<&'static str> {
+    match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
+    {
+        Ok(file) => block_device_read_only(&file).then_some("a read-only block device"),
+        Err(e) => match e.raw_os_error() {
+            Some(libc::EROFS) => Some("on a read-only filesystem"),
+            Some(libc::EACCES | libc::EPERM) => Some("not writable by this user"),
+            _ => None,
+        },
+    }
+}
+
+/// BLKROGET: whether `file`, if a block device, is set read-only.
+fn block_device_read_only(file: &File) -> bool {
+    let is_block = file
+        .metadata()
+        .is_ok_and(|m| m.file_type().is_block_device());
+    if !is_block {
+        return false;
+    }
+    /// `_IO(0x12, 94)` (include/uapi/linux/fs.h).
+    const BLKROGET: libc::c_ulong = 0x125e;
+    let mut read_only: libc::c_int = 0;
+    // SAFETY: BLKROGET writes one int through the pointer, which points at
+    // a live local for the call; the descriptor is owned by `file`.
+    let rc = unsafe { libc::ioctl(file.as_raw_fd(), BLKROGET, &mut read_only) };
+    rc == 0 && read_only != 0
+}
+
 /// Deallocates `len` bytes from `offset` of a regular file, which then read
 /// as zeroes (fallocate PUNCH_HOLE, the file's size kept).
 pub fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
