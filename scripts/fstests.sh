@@ -255,7 +255,13 @@ cleanup() {
             kill -9 "$pid" 2>/dev/null
         done
     done
-    for dev in "${LOOPS[@]}"; do losetup -d "$dev" 2>/dev/null; done
+    # A read-only flag (generic/050's blockdev --setro, left by a test cut
+    # short) outlives the detach and would make the device's next user
+    # read-only.
+    for dev in "${LOOPS[@]}"; do
+        blockdev --setrw "$dev" 2>/dev/null
+        losetup -d "$dev" 2>/dev/null
+    done
     share_leave
     uring_restore
     mnt_cleanup
@@ -410,6 +416,8 @@ attach_loops() {
     LOOPS+=("$TDEV")
     SDEV="$(losetup -f --show "$SIMG")" || die "losetup $SIMG failed"
     LOOPS+=("$SDEV")
+    # And one left read-only by someone else is made writable.
+    blockdev --setrw "$TDEV" "$SDEV" || die "blockdev --setrw $TDEV $SDEV failed"
 }
 
 # setup TARGET: images, devices, mount points and fstests' config for

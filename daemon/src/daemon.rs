@@ -103,6 +103,9 @@ fn open_locked(cfg: &DaemonConfig) -> anyhow::Result<Mounted> {
         ..Default::default()
     };
     let (opened, claim) = open_source(cfg, opts)?;
+    if opened.read_only && !cfg.noload {
+        refuse_unreplayable(cfg, &*opened.device)?;
+    }
     let writer = claim.map(|claim| crate::remount::ImageWriter {
         claim,
         path: cfg.source.clone(),
@@ -167,19 +170,38 @@ fn can_write(cfg: &DaemonConfig) -> bool {
     }
 }
 
+/// A journal that needs recovery on a device that cannot be written (a
+/// write-protected device or image, a read-only NBD export): Linux refuses
+/// the mount ("write access unavailable, cannot proceed (try mounting with
+/// noload)"), where showing the state before the crash would hide what was
+/// fsync'd.
+fn refuse_unreplayable(cfg: &DaemonConfig, dev: &dyn BlockDevice) -> anyhow::Result<()> {
+    let sb = jbdfs::fs::mount::read_superblock(dev)
+        .map_err(|e| anyhow::anyhow!("{}: cannot mount: {e}", cfg.source.display()))?;
+    if sb.has_incompat(jbdfs::format::superblock::feature::INCOMPAT_RECOVER) {
+        anyhow::bail!(
+            "{}: cannot mount: the journal needs recovery and the device cannot be written; \
+             make it writable, or mount with -o ro,noload to see the filesystem without \
+             what only the journal holds",
+            cfg.source.display()
+        );
+    }
+    Ok(())
+}
+
 /// Linux replays a journal that needs recovery on a read-only mount too,
 /// when the device can be written (ext3_load_journal), so that the mount
 /// shows the recovered state and not the one before the crash. Done here
 /// the same way: a read-write mount and unmount of the image (which frees
 /// the orphan list as well, as ext3's read-only mount does) before the
-/// read-only open. An image that cannot be written is mounted as it is,
-/// with the filesystem's warning.
+/// read-only open. One that cannot be written is refused
+/// ([`refuse_unreplayable`]), as Linux refuses it.
 fn recover_for_read_only(cfg: &DaemonConfig) -> anyhow::Result<()> {
     let Ok(Source::Path(path)) = Source::parse(cfg.source.as_os_str()) else {
         return Ok(());
     };
     if jbdfs::device::file::write_protected(&path).is_some() {
-        return Ok(()); // as Linux: mounted as it is, with the warning
+        return Ok(()); // refuse_unreplayable says why it cannot be mounted
     }
     let look = OpenOptions {
         read_only: true,

@@ -588,6 +588,12 @@ impl LoopDevice {
 
 impl Drop for LoopDevice {
     fn drop(&mut self) {
+        // A read-only flag (`blockdev --setro`) outlives the detach and
+        // would make the next user of the device read-only.
+        let _ = Command::new("blockdev")
+            .arg("--setrw")
+            .arg(&self.0)
+            .status();
         let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
     }
 }
@@ -692,7 +698,43 @@ fn a_write_protected_block_device_mounts_read_only() {
     let remount = jbdfs(&[s(&dev.0), s(&a), "-o", "remount,rw"]);
     assert!(!remount.success(), "remount rw of a write-protected device");
     common::run(s(&helper), [s(&a)]).expect_ok();
+    // A crash leaves the journal needing recovery. On a device that cannot
+    // be written Linux refuses to mount it (the last fsync'd writes would
+    // not show), but for -o ro,noload; and -o norecovery alone is taken
+    // read-only first, as mount(8) retries a write-protected device.
     common::run("blockdev", ["--setrw", s(&dev.0)]).expect_ok();
+    let out = jbdfs(&[s(&dev.0), s(&a)]);
+    assert!(out.success(), "mount read-write:\n{}", out.describe());
+    let pid = daemon_pid(&a);
+    let mut f = std::fs::File::create(a.join("synced")).unwrap();
+    std::io::Write::write_all(&mut f, b"in the journal").unwrap();
+    f.sync_all().unwrap();
+    common::run("kill", ["-9", &pid.to_string()]).expect_ok();
+    assert!(
+        wait_gone(pid, Duration::from_secs(10)),
+        "daemon {pid} killed"
+    );
+    common::run("umount", ["-l", s(&a)]);
+    common::run("blockdev", ["--setro", s(&dev.0)]).expect_ok();
+    let refused = jbdfs(&[s(&dev.0), s(&a)]);
+    assert!(
+        !refused.success(),
+        "a journal needing recovery on a write-protected device"
+    );
+    assert!(
+        refused.stderr.contains("needs recovery") && refused.stderr.contains("noload"),
+        "{}",
+        refused.describe()
+    );
+    let out = jbdfs(&[s(&dev.0), s(&a), "-o", "norecovery"]);
+    assert!(out.success(), "mount -o norecovery:\n{}", out.describe());
+    assert!(!a.join("synced").exists(), "only the journal holds it");
+    common::run(s(&helper), [s(&a)]).expect_ok();
+    common::run("blockdev", ["--setrw", s(&dev.0)]).expect_ok();
+    let out = jbdfs(&[s(&dev.0), s(&a)]);
+    assert!(out.success(), "mount read-write:\n{}", out.describe());
+    assert_eq!(std::fs::read(a.join("synced")).unwrap(), b"in the journal");
+    common::run(s(&helper), [s(&a)]).expect_ok();
     drop(dev);
     fx.e2fsck_clean("a write-protected device after a read-only mount");
 }
