@@ -1,3 +1,5 @@
+// A fuzz target, like a test: a panic is how it reports a finding.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Fuzz target: the NBD client's handshake and reply parsing over arbitrary
 //! server bytes, and NBD URIs. The body is shared with the regression tests
 //! (tests/robust_fuzz.rs).
