@@ -4,10 +4,10 @@
 //! The body is shared with the regression tests (tests/robust_fuzz.rs).
 #![no_main]
 
-#[path = "../../tests/robust_common/walk.rs"]
-mod walk;
 #[path = "../../tests/robust_common/harness.rs"]
 mod harness;
+#[path = "../../tests/robust_common/walk.rs"]
+mod walk;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     harness::journal_recovery(data);
