@@ -623,11 +623,14 @@ impl Filesystem {
                 "a full htree leaf with fewer than two entries",
             )
         })?;
+        // Both halves packed before either block changes.
+        let (moved_block, keep_block) = (
+            pack_entries(dir, bs, &split.moved)?,
+            pack_entries(dir, bs, &split.keep)?,
+        );
         let new_buf = self.dir_block(dir, st, nb)?;
-        h.modify(&new_buf)?
-            .copy_from_slice(&pack_entries(dir, bs, &split.moved)?);
-        h.modify(&buf)?
-            .copy_from_slice(&pack_entries(dir, bs, &split.keep)?);
+        h.modify(&new_buf)?.copy_from_slice(&moved_block);
+        h.modify(&buf)?.copy_from_slice(&keep_block);
         frame.entries.insert(frame.at + 1, (split.hash2, nb));
         self.dx_write_frame(h, dir, st, frame, None)?;
         let moved: Vec<_> = split
@@ -682,12 +685,16 @@ impl Filesystem {
         if h.credits() < 24 {
             h.extend(16);
         }
+        // Both halves packed before the directory grows.
+        let halves = [
+            pack_entries(dir, bs, &split.keep)?,
+            pack_entries(dir, bs, &split.moved)?,
+        ];
         let new = self.dir_grow_n(h, dir, st, 2)?;
         let (b1, b2) = (new[0], new[1]);
-        for (b, entries) in [(b1, &split.keep), (b2, &split.moved)] {
+        for (b, block) in [b1, b2].into_iter().zip(&halves) {
             let buf = self.dir_block(dir, st, b)?;
-            h.modify(&buf)?
-                .copy_from_slice(&pack_entries(dir, bs, entries)?);
+            h.modify(&buf)?.copy_from_slice(block);
         }
         {
             let mut data = h.modify(&root_buf)?;
