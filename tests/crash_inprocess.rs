@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! In-process crash tests: a workload runs on a recording device over a
 //! memory image; the image is then rebuilt as it stood at many points of the
 //! write log (a crash there), recovered by mounting, and checked: every file

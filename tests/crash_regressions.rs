@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Crash states the campaign (`scripts/crash-campaign`) found failing, kept
 //! as regression tests. Each names the bug in docs/CRASH.md.
 

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! File data that must read back as last written, in-process: the
 //! interleavings fsx found (issue "Data integrity") replayed step by step,
 //! deterministically, on a memory device.

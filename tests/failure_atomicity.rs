@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! A failed operation leaves the filesystem exactly as it was (issue 16):
 //! each ENOSPC (or EEXIST) that comes after an operation has begun to
 //! change buffers, in-process on a memory device. Every test compares

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! fallocate beyond plain allocation, in-process: hole punching
 //! (PUNCH_HOLE | KEEP_SIZE) in direct, single-, double- and triple-indirect
 //! ranges and across their edges, partial blocks, pointer blocks freed when

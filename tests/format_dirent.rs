@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Checks the directory-entry and htree code against a directory that
 //! e2fsprogs indexed itself. Skips (with a message) when e2fsprogs is absent.
 

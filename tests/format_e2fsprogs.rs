@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! jbdfs's on-disk parsers against e2fsprogs: images made by mke2fs and
 //! populated by debugfs are parsed with `jbdfs::format`, and every field is
 //! compared with what dumpe2fs and debugfs print for the same image.

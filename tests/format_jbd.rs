@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Checks the journal parsers against journals made by mke2fs and, when we
 //! may loop-mount (root), written by the kernel. Skips with a message when
 //! the tools or privileges are missing.

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Checks xattr parsing and serialization against attributes written by
 //! debugfs, and that e2fsck accepts blocks we serialize. Skips (with a
 //! message) when e2fsprogs is absent.

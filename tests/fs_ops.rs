@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! The filesystem layer in-process, on image files checked by e2fsck.
 
 use std::path::PathBuf;

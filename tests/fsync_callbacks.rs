@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! fsync without a waiting thread (`Filesystem::fsync_then`, which the FUSE
 //! adapter uses so that the thread finishing a commit sends the replies):
 //! every callback runs exactly once, with success, and by the time it runs

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! htree on write: directories that jbdfs grows past one block get an
 //! index, kept through creates, deletes and renames, that e2fsck finds
 //! clean and Linux uses (issue 18). Images without dir_index stay linear.

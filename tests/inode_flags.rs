@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Inode flags in-process, without the kernel in front: the checks jbdfs
 //! itself makes (the VFS makes some of them first on a FUSE mount, so
 //! only here are jbdfs's own seen alone): who may set which flag, the

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Handle credits, as jbd enforces them: a handle adds at most the buffers it
 //! reserved, a transaction never reserves more than a quarter of the log,
 //! and work bigger than that is split across handles rather than refused —

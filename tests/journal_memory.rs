@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! data=journal within cache_size: journaled file data stays pinned in the
 //! buffer cache until checkpoint, so writing far more than the cache holds
 //! must make room (commit, checkpoint) instead of growing the cache. Checked

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Ordering at the device, from the write sequence a recording device sees:
 //! in data=ordered, a file's data blocks reach the device, and a flush, before
 //! the commit block of the transaction that maps them; metadata reaches its

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Journal recovery against its oracles: journals Linux left behind in a
 //! mounted ext3 image, replayed by e2fsck and by us, must give the same
 //! filesystem; synthetic journals check each rule of fs/jbd2/recovery.c

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! The other direction: trees that Linux wrote on `mke2fs -t ext3` images
 //! (dir_index and resize_inode on) read back identically through jbdfs, and
 //! stay clean for e2fsck after jbdfs changes their large directories.

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! mkfs.jbdfs against e2fsprogs: images made in-process by
 //! `jbdfs::mkfs::make_filesystem` must pass `e2fsck -fn`, show ext3's
 //! features and mke2fs's geometry in `dumpe2fs`, mount as ext3 in the

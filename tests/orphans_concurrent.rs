@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! The orphan chain under concurrency: many threads unlink open files,
 //! change them while they are orphans and close them, so that orphans join
 //! and leave the chain next to each other at once. After a clean unmount

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! The fuzz targets' bodies as ordinary tests: every seed in fuzz/seeds/
 //! and every crash input kept in fuzz/regressions/ (one directory per
 //! target) must run through its target without a panic. The ignored test

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Journal and space limits: a journal filled again and again, the
 //! smallest journal (1024 blocks), single writes bigger than the whole
 //! journal (data=journal and ordered), ENOSPC in the middle of a

@@ -16,7 +16,7 @@ use crate::model::{Id, Meta, Model, Op, View};
 
 /// The model after each prefix of the workload: index 0 before any
 /// operation, K after operation K.
-pub struct Expected {
+pub(crate) struct Expected {
     pub views: Vec<View>,
     pub data: Vec<BTreeMap<Id, Vec<u8>>>,
     /// Whether operation K (index K-1) is a durability point.
@@ -27,13 +27,13 @@ pub struct Expected {
 }
 
 /// `covers` of sync(2): every file. Model ids start at 1.
-pub const ALL: Id = 0;
+pub(crate) const ALL: Id = 0;
 
 impl Expected {
     /// The last durability point at or before `lo` that covers file `id`'s
     /// data: data=writeback promises a file's data only through its own
     /// fsync (or sync), while every fsync still commits all metadata.
-    pub fn last_sync_of(&self, id: Id, lo: usize) -> usize {
+    pub(crate) fn last_sync_of(&self, id: Id, lo: usize) -> usize {
         (1..=lo)
             .rev()
             .find(|&k| matches!(self.covers[k - 1], Some(c) if c == ALL || c == id))
@@ -42,7 +42,9 @@ impl Expected {
 }
 
 impl Expected {
-    pub fn build(ops: &[Op]) -> Expected {
+    /// Fails if an operation does not apply to the model (a log whose
+    /// description does not rebuild the workload it recorded).
+    pub(crate) fn build(ops: &[Op]) -> anyhow::Result<Expected> {
         let mut m = Model::default();
         let snap = |m: &Model| {
             let data = m
@@ -65,18 +67,20 @@ impl Expected {
                 Op::Fsync(p) | Op::Fdatasync(p) => Some(m.names.get(p).copied().unwrap_or(Id::MAX)),
                 _ => None,
             });
-            m.apply(op).expect("workload ops are valid");
+            m.apply(op).map_err(|e| {
+                anyhow::anyhow!("operation {op:?} does not apply to the model: {e}")
+            })?;
             let (v, d) = snap(&m);
             e.views.push(v);
             e.data.push(d);
         }
-        e
+        Ok(e)
     }
 }
 
 /// What failed, by class (for the campaign's tallies) and in words.
 #[derive(Debug)]
-pub struct Failure {
+pub(crate) struct Failure {
     pub class: &'static str,
     pub detail: String,
 }
@@ -87,7 +91,7 @@ fn fail(class: &'static str, detail: String) -> Failure {
 
 /// Damage done to a crash state before it is checked.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, clap::ValueEnum)]
-pub enum Damage {
+pub(crate) enum Damage {
     /// The state as the crash left it; recovery is the mount's replay.
     #[default]
     None,
@@ -98,7 +102,7 @@ pub enum Damage {
 }
 
 impl Damage {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Damage::None => "none",
             Damage::JournalInode => "journal-inode",
@@ -108,7 +112,7 @@ impl Damage {
 
 /// Runs every check on the crash image `img`; `lo..=hi` are the model
 /// states it may show. `scratch` is a file e2fsck can read.
-pub fn check_state(
+pub(crate) fn check_state(
     mut img: Vec<u8>,
     exp: &Expected,
     (lo, hi): (usize, usize),
@@ -239,7 +243,7 @@ fn jbdfs_fsck(dev: &dyn BlockDevice) -> Result<(), Failure> {
 type Observed = (BTreeMap<String, Meta>, BTreeMap<String, Vec<u8>>);
 
 /// The recovered tree in the model's terms (lost+found left out).
-pub fn observe(fs: &Filesystem) -> jbdfs::fs::Result<Observed> {
+pub(crate) fn observe(fs: &Filesystem) -> jbdfs::fs::Result<Observed> {
     let mut meta = BTreeMap::new();
     let mut data = BTreeMap::new();
     let mut inos: BTreeMap<String, u32> = BTreeMap::new();

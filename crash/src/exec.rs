@@ -15,26 +15,26 @@ use jbdfs::util::Progress;
 
 use crate::model::Op;
 
-pub const ROOT: InodeNo = InodeNo(2);
-pub const ME: Caller = Caller { uid: 0, gid: 0 };
+pub(crate) const ROOT: InodeNo = InodeNo(2);
+pub(crate) const ME: Caller = Caller { uid: 0, gid: 0 };
 /// Small, so that e2fsck of a crash state takes milliseconds.
-pub const IMAGE_SIZE: u64 = 8 << 20;
+pub(crate) const IMAGE_SIZE: u64 = 8 << 20;
 /// The images' block size (as small images get from mke2fs).
-pub const BLOCK_SIZE: usize = 1024;
+pub(crate) const BLOCK_SIZE: usize = 1024;
 
 /// The three data modes: the filesystem's own.
-pub use jbdfs::fs::DataMode as Mode;
+pub(crate) use jbdfs::fs::DataMode as Mode;
 
-pub const MODES: [Mode; 3] = Mode::ALL;
+pub(crate) const MODES: [Mode; 3] = Mode::ALL;
 
 /// The mode a name given on the command line or in a log's description
 /// names.
-pub fn parse_mode(s: &str) -> anyhow::Result<Mode> {
+pub(crate) fn parse_mode(s: &str) -> anyhow::Result<Mode> {
     Mode::from_option(s).ok_or_else(|| anyhow!("unknown data mode {s:?} ({})", Mode::EXPECTED))
 }
 
 /// How the workloads mount, in `mode`.
-pub fn mount_config(mode: Mode) -> MountConfig {
+pub(crate) fn mount_config(mode: Mode) -> MountConfig {
     MountConfig {
         data: mode,
         cache_size: 16 << 20,
@@ -43,7 +43,7 @@ pub fn mount_config(mode: Mode) -> MountConfig {
 }
 
 /// A fresh jbdfs image (1 KiB blocks, as small images get from mke2fs).
-pub fn fresh_image() -> anyhow::Result<MemoryDevice> {
+pub(crate) fn fresh_image() -> anyhow::Result<MemoryDevice> {
     let opts = MkfsOptions {
         block_size: Some(BLOCK_SIZE as u32),
         ..Default::default()
@@ -56,7 +56,7 @@ pub fn fresh_image() -> anyhow::Result<MemoryDevice> {
 
 /// Runs `ops` and leaves the log at `log` (with `log`.base), as if the
 /// machine had crashed after the last operation: nothing is unmounted.
-pub fn record(ops: &[Op], mode: Mode, log: &Path, description: &str) -> anyhow::Result<()> {
+pub(crate) fn record(ops: &[Op], mode: Mode, log: &Path, description: &str) -> anyhow::Result<()> {
     let mem: Arc<dyn BlockDevice> = Arc::new(fresh_image()?);
     let rec = Arc::new(RecordingDevice::to_file(mem, log, description)?);
     let dev: Arc<dyn BlockDevice> = rec.clone();
@@ -71,7 +71,7 @@ pub fn record(ops: &[Op], mode: Mode, log: &Path, description: &str) -> anyhow::
 }
 
 /// The inode a path names, walking from the root.
-pub fn resolve(fs: &Filesystem, path: &str) -> jbdfs::fs::Result<InodeNo> {
+pub(crate) fn resolve(fs: &Filesystem, path: &str) -> jbdfs::fs::Result<InodeNo> {
     let mut ino = ROOT;
     for part in path.split('/').filter(|p| !p.is_empty() && *p != ".") {
         ino = fs.lookup(ino, part.as_bytes())?.0;

@@ -324,7 +324,7 @@ fn check_log(
         log,
         states: states::enumerate(&layout, choice),
         layout,
-        exp: check::Expected::build(&ops),
+        exp: check::Expected::build(&ops)?,
         rec,
         base,
         mode,
@@ -470,7 +470,7 @@ mod tests {
     #[test]
     fn a_state_missing_synced_work_fails() {
         let (log, ops) = recorded("fs_mark", Mode::Journal, 4);
-        let exp = check::Expected::build(&ops);
+        let exp = check::Expected::build(&ops).unwrap();
         let base = std::fs::read(base_image_path(&log)).unwrap();
         let scratch = log.with_extension("img");
         let n = ops.len();

@@ -6,17 +6,17 @@
 use std::collections::BTreeMap;
 
 /// Model inode identity: stable across renames and links.
-pub type Id = u32;
+pub(crate) type Id = u32;
 
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Kind {
+pub(crate) enum Kind {
     File,
     Dir,
     Symlink(Vec<u8>),
 }
 
 #[derive(Clone, Debug)]
-pub struct Node {
+pub(crate) struct Node {
     pub kind: Kind,
     pub data: Vec<u8>,
     pub xattrs: BTreeMap<Vec<u8>, Vec<u8>>,
@@ -24,7 +24,7 @@ pub struct Node {
 
 /// One operation, on paths relative to the root ("d0/f1").
 #[derive(Clone, Debug)]
-pub enum Op {
+pub(crate) enum Op {
     Create(String),
     Mkdir(String),
     /// `len` bytes at `off`, the bytes made from `seed` (see [`pattern`]).
@@ -81,14 +81,14 @@ pub enum Op {
 
 impl Op {
     /// fsync, fdatasync and sync: durability points.
-    pub fn is_sync(&self) -> bool {
+    pub(crate) fn is_sync(&self) -> bool {
         matches!(self, Op::Fsync(_) | Op::Fdatasync(_) | Op::Sync)
     }
 }
 
 /// The bytes of a write: distinct for every (seed, offset), so a byte read
 /// back names the write it came from and stale data cannot pass for it.
-pub fn pattern(seed: u64, off: u64, len: u32) -> Vec<u8> {
+pub(crate) fn pattern(seed: u64, off: u64, len: u32) -> Vec<u8> {
     (0..len as u64)
         .map(|i| {
             let x = crate::rng::mix(seed ^ (off + i).wrapping_mul(0x9e37_79b9_7f4a_7c15));
@@ -100,31 +100,31 @@ pub fn pattern(seed: u64, off: u64, len: u32) -> Vec<u8> {
 
 /// The whole tree after some prefix of a workload.
 #[derive(Clone, Debug, Default)]
-pub struct Model {
+pub(crate) struct Model {
     pub nodes: BTreeMap<Id, Node>,
     /// Every path (not the root) and the node it names.
     pub names: BTreeMap<String, Id>,
     next: Id,
 }
 
-pub fn parent_of(path: &str) -> &str {
+pub(crate) fn parent_of(path: &str) -> &str {
     path.rsplit_once('/').map_or("", |(p, _)| p)
 }
 
 impl Model {
-    pub fn lookup(&self, path: &str) -> Option<&Node> {
+    pub(crate) fn lookup(&self, path: &str) -> Option<&Node> {
         self.names.get(path).and_then(|id| self.nodes.get(id))
     }
 
-    pub fn is_dir(&self, path: &str) -> bool {
+    pub(crate) fn is_dir(&self, path: &str) -> bool {
         path.is_empty() || self.lookup(path).is_some_and(|n| n.kind == Kind::Dir)
     }
 
-    pub fn is_file(&self, path: &str) -> bool {
+    pub(crate) fn is_file(&self, path: &str) -> bool {
         self.lookup(path).is_some_and(|n| n.kind == Kind::File)
     }
 
-    pub fn children<'a>(&'a self, dir: &'a str) -> impl Iterator<Item = &'a String> + 'a {
+    pub(crate) fn children<'a>(&'a self, dir: &'a str) -> impl Iterator<Item = &'a String> + 'a {
         self.names.keys().filter(move |p| {
             p.as_str() != dir && parent_of(p) == dir && (!dir.is_empty() || !p.contains('/'))
         })
@@ -160,7 +160,7 @@ impl Model {
     }
 
     /// Applies `op`; an operation the model refuses is a generator bug.
-    pub fn apply(&mut self, op: &Op) -> Result<(), String> {
+    pub(crate) fn apply(&mut self, op: &Op) -> Result<(), String> {
         match op {
             Op::Create(p) => self.add(p, Kind::File),
             Op::Mkdir(p) => self.add(p, Kind::Dir),
@@ -239,7 +239,7 @@ impl Model {
     }
 
     /// The tree as a checker sees it.
-    pub fn view(&self) -> View {
+    pub(crate) fn view(&self) -> View {
         let mut view = View::default();
         let mut groups: BTreeMap<Id, &String> = BTreeMap::new();
         for (p, id) in &self.names {
@@ -281,7 +281,7 @@ impl Model {
 
 /// What a checker compares: per path, its metadata.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Meta {
+pub(crate) struct Meta {
     /// 'f' file, 'd' directory, 'l' symlink.
     pub kind: char,
     /// File length or symlink length; 0 for directories (their size is the
@@ -295,7 +295,7 @@ pub struct Meta {
 }
 
 #[derive(Clone, Debug, Default)]
-pub struct View {
+pub(crate) struct View {
     pub meta: BTreeMap<String, Meta>,
     /// Model views: the node each path names.
     pub ids: BTreeMap<String, Id>,

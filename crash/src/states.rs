@@ -9,7 +9,7 @@ use crate::rng::Rng;
 
 /// How many states to make.
 #[derive(Clone, Copy, Debug)]
-pub struct Choice {
+pub(crate) struct Choice {
     /// Every write boundary when the log has at most this many writes.
     pub boundary_limit: usize,
     /// Random subsets of in-flight writes.
@@ -22,14 +22,14 @@ pub struct Choice {
 /// One crash state: the first `prefix` events applied, then the writes at
 /// the indices in `extra` (all after `prefix`, before the next flush).
 #[derive(Clone, Debug)]
-pub struct CrashState {
+pub(crate) struct CrashState {
     pub kind: &'static str,
     pub prefix: usize,
     pub extra: Vec<usize>,
 }
 
 /// Where the flushes and operation marks are.
-pub struct Layout {
+pub(crate) struct Layout {
     pub flushes: Vec<usize>,
     /// (log index, K) for each mark "op K".
     pub ops: Vec<(usize, usize)>,
@@ -38,7 +38,7 @@ pub struct Layout {
 }
 
 impl Layout {
-    pub fn new(events: &[Event]) -> Layout {
+    pub(crate) fn new(events: &[Event]) -> Layout {
         let mut l = Layout {
             flushes: Vec::new(),
             ops: Vec::new(),
@@ -60,20 +60,20 @@ impl Layout {
     }
 
     /// The first flush at or after index `i`, or the log's end.
-    pub fn next_flush(&self, i: usize) -> usize {
+    pub(crate) fn next_flush(&self, i: usize) -> usize {
         let at = self.flushes.partition_point(|&f| f < i);
         self.flushes.get(at).copied().unwrap_or(self.len)
     }
 
     /// Operations whose mark comes before index `i`.
-    pub fn ops_before(&self, i: usize) -> usize {
+    pub(crate) fn ops_before(&self, i: usize) -> usize {
         let at = self.ops.partition_point(|&(pos, _)| pos < i);
         at.checked_sub(1).map_or(0, |j| self.ops[j].1)
     }
 }
 
 /// The states to test, in a fixed order: an index names one for re-runs.
-pub fn enumerate(layout: &Layout, choice: Choice) -> Vec<CrashState> {
+pub(crate) fn enumerate(layout: &Layout, choice: Choice) -> Vec<CrashState> {
     let mut out = vec![CrashState {
         kind: "start",
         prefix: 0,
@@ -147,7 +147,7 @@ fn random_subsets(layout: &Layout, choice: Choice, out: &mut Vec<CrashState>) {
 /// to the last sync that returned before the disk could have lost the
 /// state's writes (its mark is before the next flush: the sync's own flush
 /// came earlier), at most the operation in progress at the last write kept.
-pub fn op_bounds(layout: &Layout, state: &CrashState, syncs: &[bool]) -> (usize, usize) {
+pub(crate) fn op_bounds(layout: &Layout, state: &CrashState, syncs: &[bool]) -> (usize, usize) {
     let last = state.extra.last().map_or(state.prefix, |&w| w + 1);
     let horizon = layout.next_flush(last.max(state.prefix));
     let done = layout.ops_before(horizon);
@@ -162,13 +162,13 @@ pub fn op_bounds(layout: &Layout, state: &CrashState, syncs: &[bool]) -> (usize,
 
 /// Applies `state` over the image as it stood with `from` events applied
 /// (`img`), which must not be past the state's prefix.
-pub fn advance(img: &mut [u8], events: &[Event], from: usize, to: usize) {
+pub(crate) fn advance(img: &mut [u8], events: &[Event], from: usize, to: usize) {
     for e in &events[from..to] {
         apply(img, e);
     }
 }
 
-pub fn apply(img: &mut [u8], e: &Event) {
+pub(crate) fn apply(img: &mut [u8], e: &Event) {
     if let Event::Write { offset, data } = e {
         let o = *offset as usize;
         img[o..o + data.len()].copy_from_slice(data);

@@ -6,7 +6,7 @@ use crate::model::{Model, Op};
 use crate::rng::Rng;
 
 /// The workloads, by the names the command line and the logs use.
-pub const WORKLOADS: &[&str] = &[
+pub(crate) const WORKLOADS: &[&str] = &[
     "fs_mark",
     "fsx",
     "rename_link",
@@ -17,7 +17,7 @@ pub const WORKLOADS: &[&str] = &[
 ];
 
 /// Builds workload `name`'s operations; `size` scales its length.
-pub fn generate(name: &str, seed: u64, size: usize) -> anyhow::Result<Vec<Op>> {
+pub(crate) fn generate(name: &str, seed: u64, size: usize) -> anyhow::Result<Vec<Op>> {
     let mut g = Gen {
         rng: Rng::new(seed),
         model: Model::default(),

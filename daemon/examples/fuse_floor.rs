@@ -1,3 +1,5 @@
+// An example: it stops with a message on any failure.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! The floor of a FUSE filesystem on this machine: names and sizes in
 //! memory, no storage, no journal, every request answered at once, with the
 //! init flags, mount and transports jbdfs uses. It is a [`Handler`] served

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! POSIX ACLs through the jbdfs daemon, with Linux's ext3 (a loop mount of
 //! the same image) as the oracle: ACLs set on either side read back the
 //! same on the other (`getfacl`), the same setfacl/chmod/create sequence

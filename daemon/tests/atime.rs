@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Access times as ext3 keeps them (issue 18, atime): fstests generic/003's
 //! sequence, and the same sequence run by Linux's ext3 on the same kind of
 //! image, under relatime (the default), strictatime, noatime and

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Process crashes: the daemon is killed with SIGKILL in the middle of a
 //! workload over FUSE, in each data mode, while it records its device log
 //! (`-o record=PATH`), with a mark after every fsync that returned

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! The jbdfs daemon's command line as mount.fuse3 and fstab users meet it:
 //! help, option errors named by option, and the argument orders mount helpers use.
 

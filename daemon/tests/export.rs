@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! File handles through the kernel (issue 21, FUSE_EXPORT_SUPPORT): what
 //! fstests generic/426, 467 and 477 do. name_to_handle_at gives a handle
 //! (FUSE's: node id and generation); once the kernel's caches are dropped,

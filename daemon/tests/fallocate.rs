@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! fallocate through the kernel: hole punching (`fallocate -p`) reads back
 //! as zeros and gives blocks back, the modes ext4 refuses on block-mapped
 //! files (ZERO_RANGE; PUNCH_HOLE without KEEP_SIZE) are EOPNOTSUPP, and

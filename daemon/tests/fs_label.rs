@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! The volume label through the kernel (issue 21): FS_IOC_GETFSLABEL reads
 //! what e2label wrote, FS_IOC_SETFSLABEL changes it for e2label and
 //! dumpe2fs after unmount, refuses more than ext3's 16 bytes, and is a

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! EXT4_IOC_SHUTDOWN through the kernel (issue 21), as fstests' godown and
 //! `xfs_io -x -c shutdown` send it: with each of its three flags, every
 //! later request fails with EIO, unmount works, and the next mount keeps

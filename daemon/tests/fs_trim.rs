@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! FITRIM through the kernel (issue 21): after files are written and
 //! deleted (and the deletion committed), `fstrim` on the mount, and the
 //! ioctl itself, discard the free blocks: the image file's allocated size

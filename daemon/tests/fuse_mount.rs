@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! The filesystem served through FUSE in this process: real system calls on
 //! the mount point, then e2fsck and a Linux loop mount as the oracles.
 //! Needs root and /dev/fuse; skipped with a message otherwise.

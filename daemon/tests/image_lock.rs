@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! One image, one writer, as a user meets it: the real `jbdfs`, `umount`,
 //! `fusermount3`, `mkfs-jbdfs` and `fsck-jbdfs` programs against a mounted
 //! image. The lock itself is unit-tested in src/device/lock.rs; only here

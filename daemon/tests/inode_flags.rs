@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Inode flags through the kernel (issue 18): chattr and lsattr on a jbdfs
 //! mount, each operation the immutable and append-only flags forbid
 //! failing with EPERM (root included), unprivileged callers refused,

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Crash consistency through the journal: images copied while jbdfs has
 //! them mounted (a crash at that instant) are replayed by e2fsck and by the
 //! Linux kernel, and then hold everything that was fsync'd, with e2fsck

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! A root mount behaves like the kernel's ext3 (issue 18, "mounts as the
 //! kernel's"): other users work under the permission bits, setuid and
 //! device nodes are allowed unless nosuid/nodev say otherwise, a mount

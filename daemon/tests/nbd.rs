@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! jbdfs on NBD exports served by real servers (issue 19): qemu-nbd over a
 //! Unix socket and over 127.0.0.1 TCP, nbd-server, and nbdkit's error
 //! filter. mkfs writes the export, the daemon mounts it, and then Linux's

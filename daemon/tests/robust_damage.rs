@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Damaged images at mount: images made by jbdfs's mkfs and by mke2fs,
 //! populated, then damaged at random (seeded) in group 0's metadata —
 //! superblock fields, the group descriptor, the bitmaps, the inode table —

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Fault injection: EIO on read, write or flush at a chosen request, under
 //! each errors= policy. Each test asserts the exact errno the caller sees,
 //! what the superblock records (read back by dumpe2fs), that data committed

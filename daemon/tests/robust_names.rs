@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Hostile names and paths, in-process and through the kernel: 255-byte
 //! names work and longer ones get ENAMETOOLONG; names made of every byte
 //! but '/' and NUL; very deep nesting; renaming a directory into its own

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! open(O_TMPFILE) through the kernel (issue 21). fuser 0.18 does not know
 //! FUSE_TMPFILE, so over /dev/fuse the kernel is told ENOSYS and the call
 //! fails with EOPNOTSUPP; over io_uring the daemon decodes the request

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! The fsck.jbdfs command line: e2fsck's flags and exit codes.
 
 use std::path::{Path, PathBuf};

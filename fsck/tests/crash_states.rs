@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! fsck.jbdfs on crash states of images jbdfs wrote: a directory workload
 //! (create, write, hard link, unlink, rmdir, fsync) runs on a recording
 //! device; the image is rebuilt as it stood at many flush points, with the

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! fsck.jbdfs against real images: clean ones made by mke2fs and by jbdfs's
 //! mkfs (every block size and inode size) must exit 0 and be left as they
 //! are, and the damaged corpus of scripts/fsck-corpus.sh must be judged as

@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Block sizes above 4 KiB (issue 29): images made by `mkfs.jbdfs -b 8192`,
 //! `16384` and `65536`, filled through jbdfs's library, must be clean to
 //! e2fsck and fsck.jbdfs and read back by debugfs; and e2fsprogs' own 8 KiB

@@ -1,11 +1,13 @@
+// A fuzz target, like a test: a panic is how it reports a finding.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! Fuzz target: every parser in src/format over arbitrary bytes, with round trips.
 //! The body is shared with the regression tests (tests/robust_fuzz.rs).
 #![no_main]
 
-#[path = "../../tests/robust_common/walk.rs"]
-mod walk;
 #[path = "../../tests/robust_common/harness.rs"]
 mod harness;
+#[path = "../../tests/robust_common/walk.rs"]
+mod walk;
 
 libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     harness::format_parsers(data);

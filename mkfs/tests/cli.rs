@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! The mkfs.jbdfs command line: help, argument errors that leave the
 //! target alone, -n, -F, -L/-U and sizes in blocks.
 

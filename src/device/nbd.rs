@@ -277,7 +277,9 @@ impl Unflushed {
             .map(|(&k, _)| k)
             .collect();
         for k in overlapping {
-            let (p, seq, g) = self.ranges.remove(&k).expect("listed above");
+            let Some((p, seq, g)) = self.ranges.remove(&k) else {
+                continue; // listed above, so never taken
+            };
             self.bytes -= p.len;
             let pend = k + p.len as u64;
             if k < offset {
@@ -417,7 +419,10 @@ fn read_loop(conn: Arc<Conn>, stream: Stream, log: Option<Arc<Mutex<Unflushed>>>
                 break e;
             }
         };
-        let p = taken.expect("a known cookie was taken");
+        // read_reply succeeds only for a cookie the closure took.
+        let Some(p) = taken else {
+            break io::Error::new(io::ErrorKind::InvalidData, "NBD: a reply for no request");
+        };
         match result {
             Ok(data) => {
                 // Logged before the caller hears of it, so a reconnect can

@@ -148,7 +148,7 @@ impl Acl {
                 "not version 2",
             ));
         }
-        let body = &value[XATTR_HEADER..];
+        let body = value.get(XATTR_HEADER..).unwrap_or(&[]);
         if body.len() % XATTR_ENTRY != 0 {
             return Err(FormatError::bad_field(
                 XATTR,
@@ -365,9 +365,11 @@ impl Acl {
         let user = user.ok_or_else(missing)?;
         let other = other.ok_or_else(missing)?;
         let group = mask.or(group).ok_or_else(missing)?;
-        self.entries[user].e_perm = (mode >> 6) & 7;
-        self.entries[group].e_perm = (mode >> 3) & 7;
-        self.entries[other].e_perm = mode & 7;
+        for (i, perm) in [(user, mode >> 6), (group, mode >> 3), (other, mode)] {
+            if let Some(e) = self.entries.get_mut(i) {
+                e.e_perm = perm & 7;
+            }
+        }
         Ok(())
     }
 
@@ -398,7 +400,7 @@ impl Acl {
                 t => return Err(FormatError::bad_field(ACL, "e_tag", t, "unknown tag")),
             }
         }
-        let Some(g) = mask.or(group) else {
+        let Some(e) = mask.or(group).and_then(|g| self.entries.get_mut(g)) else {
             return Err(FormatError::bad_field(
                 ACL,
                 "entries",
@@ -406,7 +408,6 @@ impl Acl {
                 "no owning-group entry",
             ));
         };
-        let e = &mut self.entries[g];
         e.e_perm &= (m >> 3) | !7;
         m &= (e.e_perm << 3) | !0o070;
         Ok(((mode & !S_IRWXUGO) | (m & S_IRWXUGO), not_equiv))

@@ -211,26 +211,26 @@ pub fn set_rec_len_at(block: &mut [u8], off: usize, rec_len: usize) {
 }
 
 pub fn name_len_at(block: &[u8], off: usize) -> u8 {
-    block[off + DE_NAME_LEN]
+    bytes::byte(block, off + DE_NAME_LEN)
 }
 
 pub fn set_name_len_at(block: &mut [u8], off: usize, name_len: u8) {
-    block[off + DE_NAME_LEN] = name_len;
+    bytes::put_byte(block, off + DE_NAME_LEN, name_len);
 }
 
 pub fn file_type_at(block: &[u8], off: usize) -> u8 {
-    block[off + DE_FILE_TYPE]
+    bytes::byte(block, off + DE_FILE_TYPE)
 }
 
 pub fn set_file_type_at(block: &mut [u8], off: usize, file_type: u8) {
-    block[off + DE_FILE_TYPE] = file_type;
+    bytes::put_byte(block, off + DE_FILE_TYPE, file_type);
 }
 
 /// The name bytes of the entry at `off`, as far as the block holds them.
 pub fn name_at(block: &[u8], off: usize) -> &[u8] {
     let start = (off + DE_NAME).min(block.len());
     let end = (start + usize::from(name_len_at(block, off))).min(block.len());
-    &block[start..end]
+    block.get(start..end).unwrap_or(&[])
 }
 
 /// Parses and validates the entry at `off`, as `ext3_check_dir_entry` does.
@@ -240,10 +240,10 @@ pub fn entry_at(
     inodes_count: Option<u32>,
 ) -> Result<DirEntryRef<'_>, FormatError> {
     let b = block.get(off..).unwrap_or(&[]);
-    bytes::need(STRUCTURE, b, DIRENT_HEADER_LEN)?;
-    let inode = le32(b, 0);
+    let header: [u8; DIRENT_HEADER_LEN] = bytes::array_at(STRUCTURE, b, 0)?;
+    let inode = le32(&header, DE_INODE);
     let rec_len = rec_len_at(block, off);
-    let name_len = b[6];
+    let name_len = header[DE_NAME_LEN];
     check_rec_len(rec_len, name_len, b.len())?;
     if let Some(limit) = inodes_count {
         if inode > limit {
@@ -258,7 +258,7 @@ pub fn entry_at(
         inode: InodeNo(inode),
         rec_len,
         name_len,
-        file_type: b[7],
+        file_type: header[DE_FILE_TYPE],
         name,
     })
 }
@@ -343,8 +343,7 @@ pub fn write_entry(block: &mut [u8], off: usize, e: &DirEntry) -> Result<(), For
         .ok_or_else(|| bad("rec_len", len as u64, "directory entry across blocks"))?;
     put_le32(b, DE_INODE, e.inode.0);
     put_le16(b, DE_REC_LEN, raw);
-    b[DE_NAME_LEN] = e.name_len;
-    b[DE_FILE_TYPE] = e.file_type;
+    put_bytes(b, DE_NAME_LEN, &[e.name_len, e.file_type]);
     put_bytes(b, DIRENT_HEADER_LEN, &e.name);
     Ok(())
 }

@@ -113,12 +113,16 @@ fn str2hashbuf(rest: &[u8], num_bytes: usize, unsigned: bool) -> [u32; 8] {
     for (i, &c) in msg.iter().enumerate() {
         val = widen(c, unsigned).wrapping_add(val << 8);
         if i % 4 == 3 {
-            out[i / 4] = val;
+            if let Some(o) = out.get_mut(i / 4) {
+                *o = val;
+            }
             val = pad;
         }
     }
     if msg.len() % 4 != 0 {
-        out[msg.len() / 4] = val;
+        if let Some(o) = out.get_mut(msg.len() / 4) {
+            *o = val;
+        }
     }
     out
 }
@@ -147,58 +151,64 @@ fn half_md4_transform(buf: &mut [u32; 4], x: &[u32; 8]) {
     let f = |x: u32, y: u32, z: u32| z ^ (x & (y ^ z));
     let g = |x: u32, y: u32, z: u32| (x & y).wrapping_add((x ^ y) & z);
     let h = |x: u32, y: u32, z: u32| x ^ y ^ z;
+    // Each round updates one word from the other three, rotating which
+    // one: (a, b, c, d) -> (d, a, b, c) after every step, so after a round's
+    // eight steps the words are back in place.
     let mut s = *buf;
-    // Each round updates s[a] from the other three, rotating which is `a`.
-    let mut round = |fun: &dyn Fn(u32, u32, u32) -> u32, k: u32, order: [(usize, u32); 8]| {
-        for (step, (xi, rot)) in order.iter().enumerate() {
-            let a = (4 - step % 4) % 4;
-            let (b, c, d) = ((a + 1) % 4, (a + 2) % 4, (a + 3) % 4);
-            let v = s[a]
-                .wrapping_add(fun(s[b], s[c], s[d]))
-                .wrapping_add(x[*xi].wrapping_add(k));
-            s[a] = v.rotate_left(*rot);
-        }
-    };
+    let round =
+        |s: &mut [u32; 4], fun: &dyn Fn(u32, u32, u32) -> u32, k: u32, steps: [(u32, u32); 8]| {
+            let [mut a, mut b, mut c, mut d] = *s;
+            for (xv, rot) in steps {
+                let v = a
+                    .wrapping_add(fun(b, c, d))
+                    .wrapping_add(xv.wrapping_add(k));
+                (a, b, c, d) = (d, v.rotate_left(rot), b, c);
+            }
+            *s = [a, b, c, d];
+        };
     round(
+        &mut s,
         &f,
         0,
         [
-            (0, 3),
-            (1, 7),
-            (2, 11),
-            (3, 19),
-            (4, 3),
-            (5, 7),
-            (6, 11),
-            (7, 19),
+            (x[0], 3),
+            (x[1], 7),
+            (x[2], 11),
+            (x[3], 19),
+            (x[4], 3),
+            (x[5], 7),
+            (x[6], 11),
+            (x[7], 19),
         ],
     );
     round(
+        &mut s,
         &g,
         K2,
         [
-            (1, 3),
-            (3, 5),
-            (5, 9),
-            (7, 13),
-            (0, 3),
-            (2, 5),
-            (4, 9),
-            (6, 13),
+            (x[1], 3),
+            (x[3], 5),
+            (x[5], 9),
+            (x[7], 13),
+            (x[0], 3),
+            (x[2], 5),
+            (x[4], 9),
+            (x[6], 13),
         ],
     );
     round(
+        &mut s,
         &h,
         K3,
         [
-            (3, 3),
-            (7, 9),
-            (2, 11),
-            (6, 15),
-            (1, 3),
-            (5, 9),
-            (0, 11),
-            (4, 15),
+            (x[3], 3),
+            (x[7], 9),
+            (x[2], 11),
+            (x[6], 15),
+            (x[1], 3),
+            (x[5], 9),
+            (x[0], 11),
+            (x[4], 15),
         ],
     );
     for (dst, v) in buf.iter_mut().zip(s) {

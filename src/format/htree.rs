@@ -53,9 +53,9 @@ pub struct DxRootInfo {
 impl DxRootInfo {
     /// The root info of a root block (`None` if the block is too short).
     pub fn read(block: &[u8]) -> Option<Self> {
-        let b = block.get(DX_ROOT_INFO_OFFSET..DX_ROOT_INFO_OFFSET + 8)?;
+        let b: [u8; 8] = bytes::get(block, DX_ROOT_INFO_OFFSET)?;
         Some(DxRootInfo {
-            reserved_zero: le32(b, 0),
+            reserved_zero: le32(&b, 0),
             hash_version: b[4],
             info_length: b[5],
             indirect_levels: b[6],
@@ -64,12 +64,13 @@ impl DxRootInfo {
     }
 
     pub fn write(&self, block: &mut [u8]) {
-        let b = &mut block[DX_ROOT_INFO_OFFSET..DX_ROOT_INFO_OFFSET + 8];
-        put_le32(b, 0, self.reserved_zero);
+        let mut b = [0u8; 8];
+        put_le32(&mut b, 0, self.reserved_zero);
         b[4] = self.hash_version;
         b[5] = self.info_length;
         b[6] = self.indirect_levels;
         b[7] = self.unused_flags;
+        bytes::put_bytes(block, DX_ROOT_INFO_OFFSET, &b);
     }
 
     /// Where the root's `dx_countlimit` (and entry table) starts, as the
@@ -190,10 +191,12 @@ pub fn looks_like_dx_root(block: &[u8]) -> bool {
     if bytes::need(DX_STRUCTURE, block, DX_ROOT_ENTRIES_OFF).is_err() {
         return false;
     }
-    let dot = rec_len_at(block, 0) == 12 && block[6] == 1 && block[8] == b'.';
+    let byte = |off| bytes::byte(block, off);
+    let dot = rec_len_at(block, 0) == 12 && byte(6) == 1 && byte(8) == b'.';
     let dotdot_len = rec_len_at(block, 12);
-    let dotdot = dotdot_len == block.len() - 12 && block[18] == 2 && &block[20..22] == b"..";
-    dot && dotdot && le32(block, DX_ROOT_INFO_OFFSET) == 0 && block[0x1d] == DX_ROOT_INFO_LEN
+    let dotdot =
+        dotdot_len == block.len() - 12 && byte(18) == 2 && block.get(20..22) == Some(&b".."[..]);
+    dot && dotdot && le32(block, DX_ROOT_INFO_OFFSET) == 0 && byte(0x1d) == DX_ROOT_INFO_LEN
 }
 
 /// Whether the block has the shape of an interior index block: one unused
@@ -203,7 +206,7 @@ pub fn looks_like_dx_node(block: &[u8]) -> bool {
     if bytes::need(DX_NODE_STRUCTURE, block, DX_NODE_ENTRIES_OFFSET).is_err() {
         return false;
     }
-    le32(block, 0) == 0 && rec_len_at(block, 0) == block.len() && block[6] == 0
+    le32(block, 0) == 0 && rec_len_at(block, 0) == block.len() && bytes::byte(block, 6) == 0
 }
 
 /// Parses an htree root block, checking what `dx_probe` checks.
@@ -212,10 +215,10 @@ pub fn parse_dx_root(block: &[u8]) -> Result<DxRoot, FormatError> {
     let root = DxRoot {
         dot_inode: InodeNo(le32(block, 0)),
         dotdot_inode: InodeNo(le32(block, 12)),
-        hash_version: block[0x1c],
-        info_length: block[0x1d],
-        indirect_levels: block[0x1e],
-        unused_flags: block[0x1f],
+        hash_version: bytes::byte(block, 0x1c),
+        info_length: bytes::byte(block, 0x1d),
+        indirect_levels: bytes::byte(block, 0x1e),
+        unused_flags: bytes::byte(block, 0x1f),
         limit: 0,
         entries: Vec::new(),
     };
@@ -333,10 +336,10 @@ fn parse_dx_entries(
 pub fn write_dx_root(block_size: usize, root: &DxRoot) -> Result<Vec<u8>, FormatError> {
     let mut block = new_dir_block(block_size, root.dot_inode, root.dotdot_inode)?;
     put_le32(&mut block, DX_ROOT_INFO_OFFSET, 0);
-    block[0x1c] = root.hash_version;
-    block[0x1d] = DX_ROOT_INFO_LEN;
-    block[0x1e] = root.indirect_levels;
-    block[0x1f] = root.unused_flags;
+    bytes::put_byte(&mut block, 0x1c, root.hash_version);
+    bytes::put_byte(&mut block, 0x1d, DX_ROOT_INFO_LEN);
+    bytes::put_byte(&mut block, 0x1e, root.indirect_levels);
+    bytes::put_byte(&mut block, 0x1f, root.unused_flags);
     let limit = dx_root_limit(block_size);
     write_dx_entries(&mut block, DX_ROOT_ENTRIES_OFF, limit, &root.entries)?;
     Ok(block)

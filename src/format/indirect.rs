@@ -58,19 +58,22 @@ pub fn max_file_blocks(block_size: u32) -> Result<u64, FormatError> {
 pub fn block_to_path(block_size: u32, logical: u64) -> Result<BlockPath, FormatError> {
     let p = u64::from(ptrs_per_block(block_size)?);
     let direct = EXT3_NDIR_BLOCKS as u64;
-    let (depth, offsets, last) = if logical < direct {
-        (1, [logical, 0, 0, 0], direct)
+    // The leaf is the last offset of the path, named again so that it need
+    // not be looked up by depth.
+    let (depth, offsets, leaf, last) = if logical < direct {
+        (1, [logical, 0, 0, 0], logical, direct)
     } else if logical - direct < p {
         let i = logical - direct;
-        (2, [EXT3_IND_BLOCK as u64, i, 0, 0], p)
+        (2, [EXT3_IND_BLOCK as u64, i, 0, 0], i, p)
     } else if logical - direct - p < p * p {
         let i = logical - direct - p;
-        (3, [EXT3_DIND_BLOCK as u64, i / p, i % p, 0], p)
+        (3, [EXT3_DIND_BLOCK as u64, i / p, i % p, 0], i % p, p)
     } else if logical - direct - p - p * p < p * p * p {
         let i = logical - direct - p - p * p;
         (
             4,
             [EXT3_TIND_BLOCK as u64, i / (p * p), (i / p) % p, i % p],
+            i % p,
             p,
         )
     } else {
@@ -81,7 +84,6 @@ pub fn block_to_path(block_size: u32, logical: u64) -> Result<BlockPath, FormatE
             "beyond the triple-indirect limit",
         ));
     };
-    let leaf = offsets[depth - 1];
     // Every value is below p (at most 16384) or 12, so the narrowing is exact.
     Ok(BlockPath {
         depth,
@@ -155,9 +157,7 @@ pub fn set_ptr(block: &mut [u8], slot: u32, ptr: BlockNo) -> Result<(), FormatEr
 
 /// All pointers of an indirect block, in slot order.
 pub fn ptrs(block: &[u8]) -> impl Iterator<Item = BlockNo> + '_ {
-    block
-        .chunks_exact(4)
-        .map(|c| BlockNo(u32::from_le_bytes([c[0], c[1], c[2], c[3]])))
+    block.chunks_exact(4).map(|c| BlockNo(le32(c, 0)))
 }
 
 #[cfg(test)]

@@ -421,16 +421,17 @@ impl Inode {
     /// The bytes of `i_block`, where fast symlinks keep their target.
     pub fn i_block_bytes(&self) -> [u8; EXT2_FAST_SYMLINK_MAX] {
         let mut out = [0u8; EXT2_FAST_SYMLINK_MAX];
-        for (i, v) in self.i_block.iter().enumerate() {
-            out[4 * i..4 * i + 4].copy_from_slice(&v.to_le_bytes());
+        for (o, v) in out.chunks_exact_mut(4).zip(self.i_block) {
+            o.copy_from_slice(&v.to_le_bytes());
         }
         out
     }
 
     pub fn set_i_block_bytes(&mut self, bytes: &[u8]) {
         let mut buf = [0u8; EXT2_FAST_SYMLINK_MAX];
-        let n = bytes.len().min(EXT2_FAST_SYMLINK_MAX);
-        buf[..n].copy_from_slice(&bytes[..n]);
+        for (b, v) in buf.iter_mut().zip(bytes) {
+            *b = *v;
+        }
         for (i, v) in self.i_block.iter_mut().enumerate() {
             *v = le32(&buf, 4 * i);
         }

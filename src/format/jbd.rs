@@ -199,8 +199,7 @@ impl JournalSuperblock {
     pub fn parse(buf: &[u8]) -> Result<Self, FormatError> {
         bytes::need(SB, buf, JOURNAL_SUPERBLOCK_LEN)?;
         let h = JournalHeader::parse(buf)?;
-        let mut raw = Box::new([0u8; JOURNAL_SUPERBLOCK_LEN]);
-        raw.copy_from_slice(&buf[..JOURNAL_SUPERBLOCK_LEN]);
+        let raw = Box::new(bytes::array_at::<JOURNAL_SUPERBLOCK_LEN>(SB, buf, 0)?);
         let sb = JournalSuperblock {
             h_blocktype: h.h_blocktype,
             h_sequence: h.h_sequence,
@@ -218,7 +217,7 @@ impl JournalSuperblock {
             s_dynsuper: be32(buf, 0x44),
             s_max_transaction: be32(buf, 0x48),
             s_max_trans_data: be32(buf, 0x4C),
-            s_checksum_type: buf[0x50],
+            s_checksum_type: bytes::byte(buf, 0x50),
             s_checksum: be32(buf, 0xFC),
             raw,
         };
@@ -286,7 +285,8 @@ impl JournalSuperblock {
 
     /// The s_users[] table (16-byte filesystem UUIDs), as stored.
     pub fn s_users(&self) -> &[u8] {
-        &self.raw[0x100..0x100 + UUID_LEN * JBD2_USERS_MAX as usize]
+        let len = UUID_LEN * JBD2_USERS_MAX as usize;
+        self.raw.get(0x100..0x100 + len).unwrap_or(&[])
     }
 
     /// The 1024 bytes, with the typed fields written over the raw copy.
@@ -316,7 +316,7 @@ impl JournalSuperblock {
         put_be32(b, 0x44, self.s_dynsuper);
         put_be32(b, 0x48, self.s_max_transaction);
         put_be32(b, 0x4C, self.s_max_trans_data);
-        b[0x50] = self.s_checksum_type;
+        bytes::put_byte(b, 0x50, self.s_checksum_type);
         put_be32(b, 0xFC, self.s_checksum);
     }
 }
@@ -454,8 +454,8 @@ impl CommitBlock {
         let h = expect_header("commit block", block, JBD2_COMMIT_BLOCK)?;
         Ok(CommitBlock {
             h_sequence: h.h_sequence,
-            h_chksum_type: block[0xC],
-            h_chksum_size: block[0xD],
+            h_chksum_type: bytes::byte(block, 0xC),
+            h_chksum_size: bytes::byte(block, 0xD),
             h_chksum0: be32(block, 0x10),
             h_commit_sec: be64(block, 0x30),
             h_commit_nsec: be32(block, 0x38),

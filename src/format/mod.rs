@@ -4,6 +4,12 @@
 //! ext3 structures are little-endian; JBD structures are big-endian. Every
 //! parser checks the buffer length first and validates what it reads, returning
 //! a [`FormatError`] that names the structure and field instead of panicking.
+//!
+//! Nothing here may panic on what it reads, so indexing and slicing, which
+//! panic when out of bounds, are refused throughout src/format: reads go
+//! through `get`, `chunks_exact`, fixed-size arrays or [`bytes`]' checked
+//! helpers.
+#![deny(clippy::indexing_slicing)]
 
 pub mod acl;
 pub mod bytes;

@@ -264,8 +264,7 @@ impl Superblock {
     }
 
     fn parse_fields(buf: &[u8]) -> Self {
-        let mut raw = Box::new([0u8; SUPERBLOCK_SIZE]);
-        raw.copy_from_slice(&buf[..SUPERBLOCK_SIZE]);
+        let raw = Box::new(bytes::<SUPERBLOCK_SIZE>(buf, 0));
         let u32s = |off: usize, out: &mut [u32]| {
             for (i, v) in out.iter_mut().enumerate() {
                 *v = le32(buf, off + 4 * i);
@@ -316,8 +315,8 @@ impl Superblock {
             s_journal_dev: le32(buf, 0xE4),
             s_last_orphan: le32(buf, 0xE8),
             s_hash_seed,
-            s_def_hash_version: buf[0xFC],
-            s_jnl_backup_type: buf[0xFD],
+            s_def_hash_version: super::bytes::byte(buf, 0xFC),
+            s_jnl_backup_type: super::bytes::byte(buf, 0xFD),
             s_desc_size: le16(buf, 0xFE),
             s_default_mount_opts: le32(buf, 0x100),
             s_first_meta_bg: le32(buf, 0x104),
@@ -397,8 +396,8 @@ impl Superblock {
         for (i, v) in self.s_hash_seed.iter().enumerate() {
             put_le32(b, 0xEC + 4 * i, *v);
         }
-        b[0xFC] = self.s_def_hash_version;
-        b[0xFD] = self.s_jnl_backup_type;
+        super::bytes::put_byte(b, 0xFC, self.s_def_hash_version);
+        super::bytes::put_byte(b, 0xFD, self.s_jnl_backup_type);
         put_le16(b, 0xFE, self.s_desc_size);
         put_le32(b, 0x100, self.s_default_mount_opts);
         put_le32(b, 0x104, self.s_first_meta_bg);
@@ -686,7 +685,7 @@ pub mod raw {
     pub fn unsupported_feature_names(raw: &[u8]) -> Vec<String> {
         use super::feature::{names, Kind, SUPP_COMPAT, SUPP_INCOMPAT, SUPP_RO_COMPAT};
         if raw.len() < S_FEATURE_RO_COMPAT + 4
-            || u16::from_le_bytes([raw[S_MAGIC], raw[S_MAGIC + 1]]) != super::EXT2_SUPER_MAGIC
+            || crate::format::bytes::le16(raw, S_MAGIC) != super::EXT2_SUPER_MAGIC
         {
             return Vec::new();
         }
@@ -749,8 +748,8 @@ pub fn is_sparse_group(g: u32) -> bool {
 
 /// A NUL-padded byte field as a string.
 pub fn cstr(b: &[u8]) -> String {
-    let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
-    String::from_utf8_lossy(&b[..end]).into_owned()
+    let name = b.split(|&c| c == 0).next().unwrap_or(b);
+    String::from_utf8_lossy(name).into_owned()
 }
 
 #[cfg(test)]

@@ -235,8 +235,9 @@ fn read_table(buf: &[u8], first: usize) -> Result<(Vec<RawEntry>, usize), Format
 
 fn read_entry(buf: &[u8], off: usize) -> Result<(RawEntry, usize), FormatError> {
     let bad = |field, value: u64, reason| FormatError::bad_field(ENTRY, field, value, reason);
-    let e = buf
-        .get(off..off + XATTR_ENTRY_LEN)
+    let e: &[u8; XATTR_ENTRY_LEN] = buf
+        .get(off..)
+        .and_then(|b| b.first_chunk())
         .ok_or_else(|| bad("e_name_len", off as u64, "entry crosses the end"))?;
     let name_len = usize::from(e[0]);
     let next = off + entry_len(name_len);
@@ -336,7 +337,9 @@ pub fn hash_entry(name: &[u8], value: &[u8]) -> u32 {
     }
     for chunk in value.chunks(4) {
         let mut word = [0u8; 4];
-        word[..chunk.len()].copy_from_slice(chunk);
+        for (w, c) in word.iter_mut().zip(chunk) {
+            *w = *c;
+        }
         hash = hash.rotate_left(VALUE_HASH_SHIFT) ^ u32::from_le_bytes(word);
     }
     hash
@@ -351,7 +354,9 @@ pub fn hash_entry_signed(name: &[u8], value: &[u8]) -> u32 {
     }
     for chunk in value.chunks(4) {
         let mut word = [0u8; 4];
-        word[..chunk.len()].copy_from_slice(chunk);
+        for (w, c) in word.iter_mut().zip(chunk) {
+            *w = *c;
+        }
         hash = hash.rotate_left(VALUE_HASH_SHIFT) ^ u32::from_le_bytes(word);
     }
     hash
@@ -427,7 +432,7 @@ fn check_list(list: &[Xattr]) -> Result<(), FormatError> {
     }
     let mut keys: Vec<_> = list.iter().map(Xattr::sort_key).collect();
     keys.sort();
-    if keys.windows(2).any(|w| w[0] == w[1]) {
+    if keys.iter().zip(keys.iter().skip(1)).any(|(a, b)| a == b) {
         return Err(FormatError::bad_field(
             ENTRY,
             "e_name",
@@ -477,8 +482,8 @@ fn write_entries(
 }
 
 fn write_entry(buf: &mut [u8], off: usize, x: &Xattr, value_offs: u16, hash: u32) {
-    buf[off] = x.name.len() as u8;
-    buf[off + 1] = x.name_index;
+    bytes::put_byte(buf, off, x.name.len() as u8);
+    bytes::put_byte(buf, off + 1, x.name_index);
     put_le16(buf, off + 2, value_offs);
     put_le32(buf, off + 4, 0);
     put_le32(buf, off + 8, x.value.len() as u32);

@@ -87,27 +87,30 @@ impl Filesystem {
 
     /// Builds the directory's name index on first use.
     fn ensure_index<'a>(&self, ino: InodeNo, st: &'a mut InodeState) -> Result<&'a mut DirIndex> {
-        if st.dir_index.is_none() {
-            let mut idx = DirIndex::default();
-            for b in 0..self.dir_block_count(st) {
-                let buf = self.dir_block(ino, st, b)?;
-                let data = buf.read();
-                for e in dirent::iter_block(&data, None) {
-                    let e = e.map_err(|e| self.corrupt_dir(ino, e))?;
-                    if e.inode.0 != 0 {
-                        let slot = DirSlot {
-                            ino: e.inode,
-                            file_type: e.file_type,
-                            block: b,
-                        };
-                        idx.names.insert(e.name.to_vec(), slot);
+        let idx = match st.dir_index.take() {
+            Some(idx) => idx,
+            None => {
+                let mut idx = DirIndex::default();
+                for b in 0..self.dir_block_count(st) {
+                    let buf = self.dir_block(ino, st, b)?;
+                    let data = buf.read();
+                    for e in dirent::iter_block(&data, None) {
+                        let e = e.map_err(|e| self.corrupt_dir(ino, e))?;
+                        if e.inode.0 != 0 {
+                            let slot = DirSlot {
+                                ino: e.inode,
+                                file_type: e.file_type,
+                                block: b,
+                            };
+                            idx.names.insert(e.name.to_vec(), slot);
+                        }
                     }
+                    idx.room.push(block_room(&data));
                 }
-                idx.room.push(block_room(&data));
+                idx
             }
-            st.dir_index = Some(idx);
-        }
-        Ok(st.dir_index.as_mut().expect("index was just built"))
+        };
+        Ok(st.dir_index.insert(idx))
     }
 
     /// Looks `name` up in the directory `dir` (whose state the caller holds).

@@ -103,9 +103,15 @@ pub(crate) fn split_leaf(
 }
 
 /// A block of `block_size` holding `entries` packed from its start, the
-/// last one taking the rest (an empty block if there are none).
-pub(crate) fn pack_entries(block_size: usize, entries: &[DirEntry]) -> Vec<u8> {
-    let mut block = dirent::init_block(block_size).expect("a valid directory block size");
+/// last one taking the rest (an empty block if there are none). Entries
+/// that do not fit are a corruption of the directory `dir` they came from.
+pub(crate) fn pack_entries(
+    dir: InodeNo,
+    block_size: usize,
+    entries: &[DirEntry],
+) -> Result<Vec<u8>> {
+    let corrupt = |e| FsError::from(Corruption::new(Location::Inode(dir), e));
+    let mut block = dirent::init_block(block_size).map_err(corrupt)?;
     let mut off = 0;
     for (i, e) in entries.iter().enumerate() {
         let used = rec_len_for(e.name.len());
@@ -119,10 +125,10 @@ pub(crate) fn pack_entries(block_size: usize, entries: &[DirEntry]) -> Vec<u8> {
             name_len: e.name.len() as u8,
             ..e.clone()
         };
-        dirent::write_entry(&mut block, off, &e).expect("packed entries fit their block");
+        dirent::write_entry(&mut block, off, &e).map_err(corrupt)?;
         off += used;
     }
-    block
+    Ok(block)
 }
 
 /// The live entries of a block, in block order.
@@ -250,7 +256,9 @@ impl Filesystem {
             limit: usize::from(root.limit),
         }];
         for _ in 0..root.indirect_levels {
-            let f = frames.last().expect("the root frame");
+            let Some(f) = frames.last() else {
+                return Ok(Probe::Bad("its index is empty"));
+            };
             let b = f.entries[f.at].1 & EXT4_DX_BLOCK_MASK;
             if b == 0 || b >= blocks {
                 return Ok(Probe::Bad("an index entry points outside the directory"));
@@ -272,7 +280,9 @@ impl Filesystem {
                 limit: usize::from(node.limit),
             });
         }
-        let f = frames.last().expect("a frame");
+        let Some(f) = frames.last() else {
+            return Ok(Probe::Bad("its index is empty"));
+        };
         let leaf = f.entries[f.at].1 & EXT4_DX_BLOCK_MASK;
         if leaf == 0 || leaf >= blocks {
             return Ok(Probe::Bad("an index entry points outside the directory"));
@@ -332,7 +342,9 @@ impl Filesystem {
             }
         }
         walk.started = true;
-        let f = walk.frames.last().expect("a frame");
+        let Some(f) = walk.frames.last() else {
+            return Err(self.corrupt_index(dir, 0));
+        };
         Ok(Some((
             self.dx_child(dir, st, f.entries[f.at].1)?,
             continued,
@@ -381,14 +393,14 @@ impl Filesystem {
                     return Ok(false);
                 }
             };
-            let leaf = {
-                let f = frames.last().expect("a frame");
-                f.entries[f.at].1 & EXT4_DX_BLOCK_MASK
+            let Some(f) = frames.last() else {
+                return Err(self.corrupt_index(dir, 0));
             };
+            let leaf = f.entries[f.at].1 & EXT4_DX_BLOCK_MASK;
+            let node_split = f.full();
             if self.dx_leaf_insert(h, dir, st, leaf, name, ino, file_type)? {
                 return Ok(true);
             }
-            let node_split = frames.last().expect("a frame").full();
             if node_split && frames.len() > 1 && frames[0].full() {
                 tracing::warn!(inode = dir.0, "directory index full");
                 return Err(FsError::NoSpace);
@@ -400,7 +412,9 @@ impl Filesystem {
             if node_split {
                 self.dx_split_node(h, dir, st, &mut frames, new[1])?;
             }
-            let frame = frames.last_mut().expect("a frame");
+            let Some(frame) = frames.last_mut() else {
+                return Err(self.corrupt_index(dir, 0));
+            };
             self.dx_split_leaf(h, dir, st, &hash, frame, leaf, new[0])?;
         }
         Err(FsError::NoSpace)
@@ -441,7 +455,7 @@ impl Filesystem {
             let mut r = dirent::insert_entry(&mut data, ino, name, file_type);
             if matches!(r, Ok(Insert::NoSpace)) {
                 let live = live_entries(&data).map_err(|e| self.corrupt_leaf(dir, e))?;
-                let packed = pack_entries(data.len(), &live);
+                let packed = pack_entries(dir, data.len(), &live)?;
                 data.copy_from_slice(&packed);
                 r = dirent::insert_entry(&mut data, ino, name, file_type);
             }
@@ -504,14 +518,15 @@ impl Filesystem {
         {
             let mut data = h.modify(&buf)?;
             if frame.block == 0 {
-                let mut info = DxRootInfo::read(&data).expect("a root block holds its info");
+                let mut info = DxRootInfo::read(&data).ok_or_else(|| self.corrupt_index(dir, 0))?;
                 if let Some(l) = levels {
                     info.indirect_levels = l;
                     info.write(&mut data);
                 }
                 write_dx_table(&mut data, info.entries_offset(), &frame.entries);
             } else {
-                let fresh = dirent::init_block(data.len()).expect("a valid block size");
+                let fresh = dirent::init_block(data.len())
+                    .map_err(|e| Corruption::new(Location::Inode(dir), e))?;
                 data[..DX_NODE_ENTRIES_OFFSET].copy_from_slice(&fresh[..DX_NODE_ENTRIES_OFFSET]);
                 write_dx_table(&mut data, DX_NODE_ENTRIES_OFFSET, &frame.entries);
             }
@@ -532,7 +547,9 @@ impl Filesystem {
     ) -> Result<()> {
         let limit = crate::format::dirent::dx_node_limit(self.block_size as usize);
         if frames.len() > 1 {
-            let f = frames.pop().expect("a node frame");
+            let Some(f) = frames.pop() else {
+                return Err(self.corrupt_index(dir, 0));
+            };
             let (left, right, hash2) = split_node(&f.entries);
             let icount1 = left.len();
             let lf = Frame {
@@ -594,11 +611,14 @@ impl Filesystem {
                 "a full htree leaf with fewer than two entries",
             )
         })?;
+        // Both halves packed before either block changes.
+        let (moved_block, keep_block) = (
+            pack_entries(dir, bs, &split.moved)?,
+            pack_entries(dir, bs, &split.keep)?,
+        );
         let new_buf = self.dir_block(dir, st, nb)?;
-        h.modify(&new_buf)?
-            .copy_from_slice(&pack_entries(bs, &split.moved));
-        h.modify(&buf)?
-            .copy_from_slice(&pack_entries(bs, &split.keep));
+        h.modify(&new_buf)?.copy_from_slice(&moved_block);
+        h.modify(&buf)?.copy_from_slice(&keep_block);
         frame.entries.insert(frame.at + 1, (split.hash2, nb));
         self.dx_write_frame(h, dir, st, frame, None)?;
         let moved: Vec<_> = split
@@ -653,11 +673,16 @@ impl Filesystem {
         if h.credits() < 24 {
             h.extend(16);
         }
+        // Both halves packed before the directory grows.
+        let halves = [
+            pack_entries(dir, bs, &split.keep)?,
+            pack_entries(dir, bs, &split.moved)?,
+        ];
         let new = self.dir_grow_n(h, dir, st, 2)?;
         let (b1, b2) = (new[0], new[1]);
-        for (b, entries) in [(b1, &split.keep), (b2, &split.moved)] {
+        for (b, block) in [b1, b2].into_iter().zip(&halves) {
             let buf = self.dir_block(dir, st, b)?;
-            h.modify(&buf)?.copy_from_slice(&pack_entries(bs, entries));
+            h.modify(&buf)?.copy_from_slice(block);
         }
         {
             let mut data = h.modify(&root_buf)?;
@@ -728,7 +753,7 @@ mod tests {
             assert!(s.moved.iter().all(|e| hs.of(&e.name) >= h2));
             // Each half has room for the longest name afterwards.
             for half in [&s.keep, &s.moved] {
-                let block = pack_entries(bs, half);
+                let block = pack_entries(InodeNo(2), bs, half).unwrap();
                 let names = live_entries(&block).unwrap();
                 assert_eq!(names.len(), half.len());
                 let room = super::super::dir::block_room(&block) as usize;
@@ -766,7 +791,7 @@ mod tests {
 
     #[test]
     fn an_empty_pack_is_an_empty_block() {
-        let b = pack_entries(1024, &[]);
+        let b = pack_entries(InodeNo(2), 1024, &[]).unwrap();
         assert!(live_entries(&b).unwrap().is_empty());
         assert_eq!(dirent::rec_len_at(&b, 0), 1024);
     }

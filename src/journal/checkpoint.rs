@@ -28,7 +28,7 @@ pub(super) struct Checkpointed {
 impl JState {
     /// Whether the log holds, or is about to hold, a copy of `block`, or a
     /// checkpoint is writing one home.
-    pub fn holds_copy(&self, block: u32) -> bool {
+    pub(super) fn holds_copy(&self, block: u32) -> bool {
         self.running.members.contains(&block)
             || self.committing.contains(&block)
             || self.checkpoint.contains_key(&block)
@@ -37,7 +37,7 @@ impl JState {
 
     /// Files a committed buffer for checkpoint, returning the entry it
     /// replaces; keeps `kept_copies` in step.
-    pub fn file_checkpoint(&mut self, block: u32, c: Checkpointed) -> Option<Checkpointed> {
+    pub(super) fn file_checkpoint(&mut self, block: u32, c: Checkpointed) -> Option<Checkpointed> {
         self.kept_copies += usize::from(c.copy.is_some());
         let old = self.checkpoint.insert(block, c);
         self.kept_copies -= old.as_ref().map_or(0, |o| usize::from(o.copy.is_some()));
@@ -45,7 +45,7 @@ impl JState {
     }
 
     /// Takes `block` off the checkpoint list.
-    pub fn unfile_checkpoint(&mut self, block: u32) -> Option<Checkpointed> {
+    pub(super) fn unfile_checkpoint(&mut self, block: u32) -> Option<Checkpointed> {
         let old = self.checkpoint.remove(&block);
         self.kept_copies -= old.as_ref().map_or(0, |o| usize::from(o.copy.is_some()));
         old

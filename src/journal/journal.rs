@@ -37,7 +37,7 @@ pub(super) struct LogArea {
 
 impl LogArea {
     /// The disk block holding journal block `j`.
-    pub fn disk_block(&self, j: JournalBlock) -> u32 {
+    pub(super) fn disk_block(&self, j: JournalBlock) -> u32 {
         self.map[j.index()]
     }
 }
@@ -88,14 +88,14 @@ pub(super) struct JState {
 
 impl JState {
     /// Someone wants a transaction committed that has not been yet.
-    pub fn commit_requested(&self) -> bool {
+    pub(super) fn commit_requested(&self) -> bool {
         self.commit_request.gt(self.committed)
     }
 
     /// Transaction `tid` has committed (or had nothing to commit). The
     /// request moves up with it: a request left 2^31 ids behind would read
     /// as newer, tids comparing by wrapping difference.
-    pub fn set_committed(&mut self, tid: Tid) {
+    pub(super) fn set_committed(&mut self, tid: Tid) {
         self.committed = self.committed.later(tid);
         self.commit_request = self.commit_request.later(self.committed);
     }

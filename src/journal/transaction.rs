@@ -56,7 +56,7 @@ pub(super) struct Transaction {
 }
 
 impl Transaction {
-    pub fn new(tid: Tid) -> Self {
+    pub(super) fn new(tid: Tid) -> Self {
         Transaction {
             tid,
             buffers: Vec::new(),
@@ -70,7 +70,7 @@ impl Transaction {
         }
     }
 
-    pub fn is_empty(&self) -> bool {
+    pub(super) fn is_empty(&self) -> bool {
         self.buffers.is_empty() && self.revokes.is_empty() && self.freed.is_empty()
     }
 }

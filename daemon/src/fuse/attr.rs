@@ -10,7 +10,7 @@ use jbdfs::format::inode::{self as fi, Inode, Timestamp};
 
 use super::request::{Attr, NodeId};
 
-pub fn to_system_time((sec, nsec): (i64, u32)) -> SystemTime {
+pub(super) fn to_system_time((sec, nsec): (i64, u32)) -> SystemTime {
     if sec >= 0 {
         UNIX_EPOCH + Duration::new(sec as u64, nsec)
     } else {
@@ -19,7 +19,7 @@ pub fn to_system_time((sec, nsec): (i64, u32)) -> SystemTime {
 }
 
 /// (seconds, nanoseconds) since the epoch, nanoseconds always positive.
-pub fn from_system_time(t: SystemTime) -> (i64, u32) {
+pub(super) fn from_system_time(t: SystemTime) -> (i64, u32) {
     match t.duration_since(UNIX_EPOCH) {
         Ok(d) => (d.as_secs() as i64, d.subsec_nanos()),
         Err(e) => {
@@ -38,7 +38,7 @@ fn pair(t: Timestamp) -> (i64, u32) {
     (t.sec, t.nsec)
 }
 
-pub fn kind_of_mode(mode: u32) -> FileType {
+pub(super) fn kind_of_mode(mode: u32) -> FileType {
     match (mode as u16) & fi::S_IFMT {
         fi::S_IFDIR => FileType::Directory,
         fi::S_IFLNK => FileType::Symlink,
@@ -51,7 +51,7 @@ pub fn kind_of_mode(mode: u32) -> FileType {
 }
 
 /// The DT_* type of an ext3 directory entry's file type.
-pub fn dtype_of_dirent(ft: u8) -> u32 {
+pub(super) fn dtype_of_dirent(ft: u8) -> u32 {
     let dt = match ft {
         de::EXT2_FT_DIR => libc::DT_DIR,
         de::EXT2_FT_SYMLINK => libc::DT_LNK,
@@ -65,7 +65,7 @@ pub fn dtype_of_dirent(ft: u8) -> u32 {
 }
 
 /// fuser's file type for a DT_* type.
-pub fn kind_of_dtype(dt: u32) -> FileType {
+pub(super) fn kind_of_dtype(dt: u32) -> FileType {
     match dt as u8 {
         libc::DT_DIR => FileType::Directory,
         libc::DT_LNK => FileType::Symlink,
@@ -77,7 +77,7 @@ pub fn kind_of_dtype(dt: u32) -> FileType {
     }
 }
 
-pub fn file_attr(ino: NodeId, i: &Inode, block_size: u32) -> Attr {
+pub(super) fn file_attr(ino: NodeId, i: &Inode, block_size: u32) -> Attr {
     let rdev = if i.is_device() {
         let (major, minor) = i.rdev();
         libc::makedev(major, minor) as u32
@@ -101,7 +101,7 @@ pub fn file_attr(ino: NodeId, i: &Inode, block_size: u32) -> Attr {
 }
 
 /// fuser's form of an [`Attr`].
-pub fn to_fuser(a: &Attr) -> FileAttr {
+pub(super) fn to_fuser(a: &Attr) -> FileAttr {
     FileAttr {
         ino: INodeNo(a.ino),
         size: a.size,

@@ -15,10 +15,10 @@ use super::request::Ctx;
 
 /// include/uapi/linux/capability.h: what ext4 asks of a shutdown, a label
 /// change or a trim.
-pub const CAP_SYS_ADMIN: u32 = 21;
+pub(super) const CAP_SYS_ADMIN: u32 = 21;
 
 /// The `CapEff:` line of a /proc/PID/status text, as a bit set.
-pub fn parse_cap_eff(status: &str) -> Option<u64> {
+pub(super) fn parse_cap_eff(status: &str) -> Option<u64> {
     let line = status.lines().find(|l| l.starts_with("CapEff:"))?;
     let hex = line["CapEff:".len()..].trim();
     u64::from_str_radix(hex, 16).ok()
@@ -28,7 +28,7 @@ pub fn parse_cap_eff(status: &str) -> Option<u64> {
 /// calling thread, which /proc shows too). None when it cannot be read
 /// (the caller exited, or lives in a pid namespace the daemon cannot see):
 /// the caller then counts as having none.
-pub fn effective(pid: u32) -> Option<u64> {
+pub(super) fn effective(pid: u32) -> Option<u64> {
     if pid == 0 {
         return None;
     }
@@ -37,7 +37,7 @@ pub fn effective(pid: u32) -> Option<u64> {
 }
 
 /// The request's caller, for the flag and version ioctls.
-pub fn flags_caller(ctx: &Ctx) -> FlagsCaller {
+pub(super) fn flags_caller(ctx: &Ctx) -> FlagsCaller {
     FlagsCaller {
         uid: ctx.uid,
         cap_effective: effective(ctx.pid).unwrap_or(0),
@@ -45,7 +45,7 @@ pub fn flags_caller(ctx: &Ctx) -> FlagsCaller {
 }
 
 /// capable(CAP_SYS_ADMIN) for the request's caller.
-pub fn sys_admin(ctx: &Ctx) -> bool {
+pub(super) fn sys_admin(ctx: &Ctx) -> bool {
     flags_caller(ctx).capable(CAP_SYS_ADMIN)
 }
 

@@ -17,13 +17,13 @@ use std::time::Duration;
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 
 /// A job for a runner.
-pub type Job = Box<dyn FnOnce() + Send + 'static>;
+pub(super) type Job = Box<dyn FnOnce() + Send + 'static>;
 
 /// How long an idle runner waits for another job before it ends.
 const IDLE_EXIT: Duration = Duration::from_secs(10);
 
 /// The pool. Jobs run in the order given, each on one runner.
-pub struct Runners {
+pub(super) struct Runners {
     name: &'static str,
     max: usize,
     jobs: Sender<Job>,
@@ -40,7 +40,7 @@ pub struct Runners {
 impl Runners {
     /// A pool of at most `max` runners named `name`; none start until
     /// there is a job.
-    pub fn new(name: &'static str, max: usize) -> Arc<Self> {
+    pub(super) fn new(name: &'static str, max: usize) -> Arc<Self> {
         Self::with_idle_exit(name, max, IDLE_EXIT)
     }
 
@@ -59,7 +59,7 @@ impl Runners {
 
     /// Runs `job` on a runner: an idle one, or a new one while there are
     /// fewer than the maximum; past that it waits for the first free one.
-    pub fn run(self: &Arc<Self>, job: Job) {
+    pub(super) fn run(self: &Arc<Self>, job: Job) {
         if self.spare.fetch_sub(1, Ordering::AcqRel) <= 0 {
             self.start_runner();
         }

@@ -32,7 +32,7 @@ pub(super) struct TestDevice {
 }
 
 impl TestDevice {
-    pub fn new(size: usize) -> Self {
+    pub(crate) fn new(size: usize) -> Self {
         TestDevice {
             mem: MemoryDevice::from_vec(vec![0; size]),
             reads: AtomicU64::new(0),
@@ -45,15 +45,15 @@ impl TestDevice {
         }
     }
 
-    pub fn reads(&self) -> u64 {
+    pub(crate) fn reads(&self) -> u64 {
         self.reads.load(Ordering::SeqCst)
     }
 
-    pub fn writes(&self) -> u64 {
+    pub(crate) fn writes(&self) -> u64 {
         self.writes.load(Ordering::SeqCst)
     }
 
-    pub fn take_extents(&self) -> Vec<(u64, usize)> {
+    pub(crate) fn take_extents(&self) -> Vec<(u64, usize)> {
         std::mem::take(&mut *self.extents.lock())
     }
 
