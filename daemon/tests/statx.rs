@@ -1,3 +1,5 @@
+// A test crate: tests panic on failure, and its helpers are pub for sibling modules.
+#![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! statx(2)'s birth time through the kernel. Over io_uring the daemon
 //! decodes FUSE_STATX itself and answers with `i_crtime`, which ext3's
 //! large inodes keep (Linux's ext3 reports it too): the time the file was
