@@ -8,9 +8,8 @@
 //! Needs root and /dev/fuse; the fstrim cases need util-linux's fstrim and
 //! setpriv (skipped with a message without them, except under CI).
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use std::fs::File;
 use std::io::Write;
@@ -19,8 +18,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
+use common::image_4k;
 use common::{assert_e2fsck_clean, run, TempDir};
-use daemon_common::{can_mount, image_4k, Daemon};
+use daemon_common::Daemon;
 
 /// `_IOWR('X', 121, struct fstrim_range)`.
 const FITRIM: u32 = 0xc018_5879;
@@ -104,9 +104,7 @@ fn tool(name: &str) -> bool {
 
 #[test]
 fn fitrim_gives_free_blocks_back_to_the_image_file() {
-    if !can_mount("fitrim_gives_free_blocks_back_to_the_image_file") {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let img = image_4k("trim", 128 << 20);
     let dir = TempDir::new("trim");
     let m = &dir.path;

@@ -8,9 +8,8 @@
 //! Needs root and /dev/fuse: skipped with a loud SKIP line otherwise, and
 //! failed instead when CI is set, so that CI cannot pass by skipping.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -27,17 +26,6 @@ const DAEMON_LOCK_WAIT: Duration = Duration::from_secs(5);
 /// Where umount(8) looks for type helpers, whatever the install prefix.
 const UMOUNT_HELPER: &str = "/sbin/umount.fuse.jbdfs";
 
-fn fuse_missing() -> Option<&'static str> {
-    if !Path::new("/dev/fuse").exists() {
-        return Some("no /dev/fuse");
-    }
-    // SAFETY: geteuid has no preconditions and touches no memory.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root");
-    }
-    None
-}
-
 /// One test at a time in this process: a child spawned for one test
 /// inherits, until it execs, whatever files another test has open on its
 /// mount, and an unmount at that moment fails with EBUSY.
@@ -53,20 +41,16 @@ struct Turn {
 /// Whether `test` can run here, and if so the turn it runs in. A skip
 /// must be seen, and under CI a machine that cannot mount is a broken
 /// runner, not a pass.
-fn ready(test: &str) -> Option<Turn> {
-    let Some(why) = fuse_missing() else {
-        // A failed test poisons the lock; the others still run.
-        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        return Some(Turn {
-            _serial: serial,
-            _uring: daemon_common::transport().turn(),
-        });
-    };
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: CI is set but FUSE tests cannot run: {why}");
+fn ready(_test: &str) -> Option<Turn> {
+    if !jbdfs_testkit::require::met(&[jbdfs_testkit::require::Need::Fuse]) {
+        return None;
     }
-    eprintln!("SKIP {test}: {why} (FUSE tests need root and /dev/fuse)");
-    None
+    // A failed test poisons the lock; the others still run.
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    Some(Turn {
+        _serial: serial,
+        _uring: daemon_common::transport().turn(),
+    })
 }
 
 /// mkfs-jbdfs and fsck-jbdfs belong to other crates of the workspace, so
@@ -435,10 +419,7 @@ fn mkfs_and_fsck_keep_off_a_mounted_image() {
     let (mkfs, fsck) = match (sibling_bin("mkfs-jbdfs"), sibling_bin("fsck-jbdfs")) {
         (Ok(m), Ok(f)) => (m, f),
         (Err(e), _) | (_, Err(e)) => {
-            if std::env::var_os("CI").is_some() {
-                panic!("{test}: {e}");
-            }
-            eprintln!("SKIP {test}: {e}");
+            jbdfs_testkit::require::skip(test, None, &e);
             return;
         }
     };

@@ -7,11 +7,9 @@
 //! success), never a panic or a hang. Most run in-process over a memory
 //! device; a few go through the real daemon with a timeout.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
-#[path = "../../tests/robust_common/mod.rs"]
-mod robust_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit as robust_common;
+use jbdfs_testkit::daemon as daemon_common;
 #[path = "../../tests/robust_common/walk.rs"]
 mod walk;
 
@@ -34,25 +32,6 @@ fn images_per_base() -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(60)
-}
-
-/// A small deterministic generator (xorshift64*), so a failure names the
-/// seed that reproduces it.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
 }
 
 /// A tree with a bit of everything: nested directories, small and
@@ -95,15 +74,11 @@ fn jbdfs_base() -> Vec<u8> {
 
 /// An image made by mke2fs -t ext3, populated by jbdfs; None without mke2fs.
 fn mke2fs_base() -> Option<Vec<u8>> {
-    let img = common::TempImage::sparse("damage-mke2fs", SPARSE_DEVICE as u64);
-    let out = common::run(
-        "mke2fs",
-        ["-q", "-F", "-t", "ext3", "-b", "1024", img.path_str()],
-    );
-    if !out.success() {
-        eprintln!("skipping the mke2fs base: {}", out.describe());
+    if !jbdfs_testkit::available!("the mke2fs base"; "mke2fs") {
         return None;
     }
+    let img = common::mke2fs_image("damage-mke2fs", SPARSE_DEVICE as u64, &["-b", "1024"])
+        .unwrap_or_else(|o| panic!("{}", o.describe()));
     let mem = Arc::new(jbdfs::device::MemoryDevice::from_vec(
         std::fs::read(&img.path).unwrap(),
     ));
@@ -172,7 +147,7 @@ fn targets(img: &[u8]) -> Targets {
 }
 
 /// Damages 1 to 4 places of `img`, chosen by `rng`; says what it did.
-fn damage(img: &mut [u8], t: &Targets, rng: &mut Rng) -> String {
+fn damage(img: &mut [u8], t: &Targets, rng: &mut common::Rng) -> String {
     let mut what = Vec::new();
     for _ in 0..1 + rng.below(4) {
         let (name, range) = match rng.below(8) {
@@ -255,7 +230,7 @@ fn campaign(base: &[u8], label: &str, seeds: std::ops::Range<u64>) -> (usize, us
     let mut totals = walk::WalkReport::default();
     for seed in seeds {
         let mut img = base.to_vec();
-        let mut rng = Rng::new(seed);
+        let mut rng = common::Rng::new(seed);
         let what = damage(&mut img, &t, &mut rng);
         let tag = format!("{label} seed {seed} ({what})");
         match walk_with_timeout(img, &tag) {
@@ -346,17 +321,14 @@ fn walk_mount(dir: &std::path::Path, budget: &mut usize) -> usize {
 /// never a Rust panic (exit 101), a signal, or a hang.
 #[test]
 fn damaged_images_through_the_daemon() {
-    use daemon_common::{cannot_fuse, Daemon};
-    if let Some(why) = cannot_fuse() {
-        eprintln!("skipping the daemon part: {why}");
-        return;
-    }
+    use daemon_common::Daemon;
+    jbdfs_testkit::require!(fuse);
     let base = jbdfs_base();
     let t = targets(&base);
     let (mut refused, mut served) = (0, 0);
     for seed in 0..8u64 {
         let mut img = base.clone();
-        let what = damage(&mut img, &t, &mut Rng::new(seed));
+        let what = damage(&mut img, &t, &mut common::Rng::new(seed));
         let tag = format!("daemon seed {seed} ({what})");
         let file = to_file(&img, "damage-daemon");
         let dir = common::TempDir::new("damage-mnt");

@@ -1,6 +1,9 @@
-//! A small seeded generator (splitmix64): workloads and crash-state choices
-//! must be reproducible from a seed printed in a reproducer.
+//! A small seeded generator (splitmix64): crash workloads and crash-state
+//! choices, and the tests' random steps, must be reproducible from a seed
+//! printed in a reproducer. The one generator of the workspace: jbdfs-crash
+//! uses it, and the test kit (testkit/) hands it to every test.
 
+/// splitmix64's finaliser: a well-mixed function of `z`.
 pub fn mix(mut z: u64) -> u64 {
     z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
     z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
@@ -8,6 +11,7 @@ pub fn mix(mut z: u64) -> u64 {
     z ^ (z >> 31)
 }
 
+/// A splitmix64 generator; the same seed gives the same sequence.
 pub struct Rng(u64);
 
 impl Rng {
@@ -15,6 +19,7 @@ impl Rng {
         Rng(mix(seed))
     }
 
+    #[allow(clippy::should_implement_trait)]
     pub fn next(&mut self) -> u64 {
         self.0 = self.0.wrapping_add(0x9e37_79b9_7f4a_7c15);
         mix(self.0)
@@ -35,5 +40,10 @@ impl Rng {
         } else {
             items.get(self.below(items.len() as u64) as usize)
         }
+    }
+
+    /// `n` bytes of the sequence.
+    pub fn bytes(&mut self, n: usize) -> Vec<u8> {
+        (0..n).map(|_| self.next() as u8).collect()
     }
 }
