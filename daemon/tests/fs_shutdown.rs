@@ -185,7 +185,7 @@ fn shutdown_refusals() {
     // A caller without CAP_SYS_ADMIN: this test binary again, under
     // setpriv, running only `shutdown_child` (xfs_io would do, but it
     // stats every mount point first and hangs on any stuck FUSE mount).
-    if run("sh", ["-c", "command -v setpriv"]).success() {
+    if jbdfs_testkit::available!("a caller without CAP_SYS_ADMIN"; "setpriv") {
         let out = std::process::Command::new("setpriv")
             .args(["--inh-caps=-sys_admin", "--bounding-set=-sys_admin"])
             .arg(std::env::current_exe().unwrap())

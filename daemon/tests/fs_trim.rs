@@ -98,10 +98,6 @@ fn delete_and_commit(m: &Path, prefix: &str, n: u32, bytes: u64, keep: &str) {
     File::open(m.join(keep)).unwrap().sync_all().unwrap();
 }
 
-fn tool(name: &str) -> bool {
-    run("sh", ["-c", &format!("command -v {name}")]).success()
-}
-
 #[test]
 fn fitrim_gives_free_blocks_back_to_the_image_file() {
     jbdfs_testkit::require!(fuse);
@@ -150,7 +146,7 @@ fn fitrim_gives_free_blocks_back_to_the_image_file() {
     // fstrim(8), privileged and not.
     write_files(m, "again", 2, 4 * MIB);
     delete_and_commit(m, "again", 2, 8 * MIB as u64, "keep1");
-    if tool("fstrim") && tool("setpriv") {
+    if jbdfs_testkit::available!("fstrim(8) as root and unprivileged"; "fstrim", "setpriv") {
         let mp = m.to_str().unwrap();
         let refused = run(
             "setpriv",

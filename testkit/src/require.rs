@@ -195,3 +195,28 @@ macro_rules! __need {
         $need
     };
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn needs_a_missing_tool(reached: &mut bool) {
+        crate::require!(root, "jbdfs-no-such-tool");
+        *reached = true;
+    }
+
+    #[test]
+    fn a_missing_facility_skips_or_fails_as_the_environment_says() {
+        let why = missing(&Need::Tool("jbdfs-no-such-tool")).expect("missing");
+        assert!(why.contains("jbdfs-no-such-tool"), "{why}");
+        assert!(missing(&Need::That(true, "holds".into())).is_none());
+        assert!(tool("sh").is_some());
+        let mut reached = false;
+        let run = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            needs_a_missing_tool(&mut reached)
+        }));
+        // Skipped (returned early) by default; a panic when required.
+        assert_eq!(run.is_err(), oracles_required());
+        assert!(!reached, "the test body ran without its tool");
+    }
+}
