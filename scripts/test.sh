@@ -10,7 +10,11 @@
 #   3. cargo clippy           lints, warnings are errors
 #   4. cargo test --release   every test in the workspace (release: making
 #                             multi-GiB images and the FUSE tests are slow in
-#                             debug), the FUSE tests over /dev/fuse
+#                             debug), the FUSE tests over /dev/fuse; with
+#                             JBDFS_REQUIRE_ORACLES=1, as every cargo test
+#                             step here: a test whose root, /dev/fuse, loop
+#                             devices or tools are missing fails instead of
+#                             skipping (the test kit's require!, testkit/)
 #   5. the io_uring pass      with the kernel's enable_uring turned on (and put
 #                             back afterwards, also on failure): the FUSE test
 #                             binaries again over FUSE-over-io_uring
@@ -103,10 +107,10 @@ uring_on() {
 step scripts/deps.sh
 step cargo fmt --all -- --check
 step cargo clippy --workspace --all-targets -- -D warnings
-step env JBDFS_TEST_TRANSPORT=dev_fuse cargo test --workspace --release
+step env JBDFS_REQUIRE_ORACLES=1 JBDFS_TEST_TRANSPORT=dev_fuse cargo test --workspace --release
 section "the io_uring pass"
 if uring_on; then
-    step env JBDFS_TEST_TRANSPORT=io_uring cargo test --release -p jbdfs-daemon --tests
+    step env JBDFS_REQUIRE_ORACLES=1 JBDFS_TEST_TRANSPORT=io_uring cargo test --release -p jbdfs-daemon --tests
     step scripts/pjdfstest.sh --transport io_uring
     step scripts/fsx.sh --stress --quick --transport io_uring
     step uring_restore

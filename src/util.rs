@@ -1,5 +1,7 @@
 //! Small helpers shared across layers: time, randomness, unique names.
 
+pub mod rng;
+
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 

@@ -6,7 +6,7 @@
 //! whose fsync returned before the crash point reads back exactly, and
 //! e2fsck -fn finds nothing beyond what replay fixed.
 
-mod crash_common;
+use jbdfs_testkit::crash as crash_common;
 
 use std::process::Command;
 use std::sync::Arc;

@@ -3,8 +3,8 @@
 //! Crash states the campaign (`scripts/crash-campaign`) found failing, kept
 //! as regression tests. Each names the bug in docs/CRASH.md.
 
-mod common;
-mod crash_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::crash as crash_common;
 
 use std::sync::Arc;
 

@@ -4,7 +4,7 @@
 //! interleavings fsx found (issue "Data integrity") replayed step by step,
 //! deterministically, on a memory device.
 
-mod common;
+use jbdfs_testkit as common;
 
 use std::sync::Arc;
 
@@ -17,34 +17,6 @@ use jbdfs::util::Progress;
 
 const ROOT: InodeNo = InodeNo(2);
 const ME: Caller = Caller { uid: 0, gid: 0 };
-
-/// A fresh image of `size` bytes with `block_size` blocks, in memory.
-fn fresh(size: u64, block_size: u32) -> Arc<MemoryDevice> {
-    let opts = MkfsOptions {
-        block_size: Some(block_size),
-        ..Default::default()
-    };
-    let mem = Arc::new(MemoryDevice::new(size).unwrap());
-    let g = plan(&opts, size).unwrap();
-    format(&*mem, &opts, &g, Zeroed::All, &mut Progress::quiet()).unwrap();
-    mem
-}
-
-fn mount(mem: &Arc<MemoryDevice>, data: DataMode) -> Arc<Filesystem> {
-    let dev: Arc<dyn BlockDevice> = mem.clone();
-    let cfg = MountConfig {
-        data,
-        ..Default::default()
-    };
-    Filesystem::mount(dev, &cfg).unwrap()
-}
-
-/// Panics unless `e2fsck -fn` finds the in-memory image clean.
-fn assert_clean(mem: &MemoryDevice, what: &str) {
-    let img = common::TempImage::new("data-integrity");
-    std::fs::write(&img.path, mem.snapshot()).unwrap();
-    common::assert_e2fsck_clean(&img.path, what);
-}
 
 fn truncate(fs: &Filesystem, f: InodeNo, size: u64) {
     let t = SetAttr {
@@ -67,8 +39,8 @@ fn truncate(fs: &Filesystem, f: InodeNo, size: u64) {
 fn a_freed_logged_tail_never_shadows_the_data_of_the_blocks_next_owner() {
     for data in [DataMode::Ordered, DataMode::Writeback] {
         let bs = 4096u64;
-        let mem = fresh(64 << 20, bs as u32);
-        let fs = mount(&mem, data);
+        let mem = common::mem_image_bs(64 << 20, bs as u32);
+        let fs = common::mount_mem_data(&mem, data);
         let (f, _) = fs.mknod(ROOT, b"f", 0o100644, 0, ME).unwrap();
         let old = vec![0x67u8; 0x13000];
         fs.write(f, 0, &old, true).unwrap();
@@ -95,7 +67,7 @@ fn a_freed_logged_tail_never_shadows_the_data_of_the_blocks_next_owner() {
             got[0]
         );
         fs.unmount().unwrap();
-        assert_clean(&mem, "after the reused block");
+        common::assert_mem_clean(&mem, "after the reused block");
     }
 }
 
@@ -108,8 +80,8 @@ fn block_of(fs: &Filesystem, f: InodeNo, logical: u32) -> u32 {
 /// its end, and refuses an overlapping copy within one file.
 #[test]
 fn copy_range_copies_data_and_holes_and_stops_at_the_end() {
-    let mem = fresh(64 << 20, 1024);
-    let fs = mount(&mem, DataMode::Ordered);
+    let mem = common::mem_image_bs(64 << 20, 1024);
+    let fs = common::mount_mem_data(&mem, DataMode::Ordered);
     let (a, _) = fs.mknod(ROOT, b"a", 0o100644, 0, ME).unwrap();
     let (b, _) = fs.mknod(ROOT, b"b", 0o100644, 0, ME).unwrap();
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
@@ -130,7 +102,7 @@ fn copy_range_copies_data_and_holes_and_stops_at_the_end() {
     assert_eq!(n, 4096);
     assert!(fs.read(a, 3_000_000, 4096).unwrap() == want[..4096]);
     fs.unmount().unwrap();
-    assert_clean(&mem, "after the copies");
+    common::assert_mem_clean(&mem, "after the copies");
 }
 
 /// A device that holds the first write covering `held` (a byte offset)
@@ -212,8 +184,8 @@ impl BlockDevice for GateDevice {
 fn a_checkpoint_under_way_never_lands_over_a_newer_write_to_a_tail() {
     for data in [DataMode::Ordered, DataMode::Writeback] {
         let bs = 4096u64;
-        let mem = fresh(64 << 20, bs as u32);
-        let probe = mount(&mem, data);
+        let mem = common::mem_image_bs(64 << 20, bs as u32);
+        let probe = common::mount_mem_data(&mem, data);
         let (f, _) = probe.mknod(ROOT, b"f", 0o100644, 0, ME).unwrap();
         probe
             .write(f, 0, &vec![0x67u8; 3 * bs as usize], true)
@@ -258,26 +230,10 @@ fn a_checkpoint_under_way_never_lands_over_a_newer_write_to_a_tail() {
         );
         fs.unmount().unwrap();
         drop(fs);
-        let fs = mount(&mem, data);
+        let fs = common::mount_mem_data(&mem, data);
         assert_eq!(fs.read(f, bs, 0x133).unwrap(), new, "after a remount");
         fs.unmount().unwrap();
-        assert_clean(&mem, "after the tail's write");
-    }
-}
-
-/// xorshift64*: a seeded source of operations.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
+        common::assert_mem_clean(&mem, "after the tail's write");
     }
 }
 
@@ -288,7 +244,7 @@ fn exercise(fs: &Filesystem, name: &[u8], seed: u64, ops: usize) {
     const MAX: u64 = 256 << 10;
     let (f, _) = fs.mknod(ROOT, name, 0o100644, 0, ME).unwrap();
     let mut model: Vec<u8> = Vec::new();
-    let mut rng = Rng(seed | 1);
+    let mut rng = common::Rng::new(seed);
     for step in 0..ops {
         let fill = (step % 251) as u8 + 1;
         match rng.below(10) {
@@ -354,11 +310,11 @@ fn two_exercisers_beside_checkpoints_read_back_what_they_wrote() {
         let mem = Arc::new(MemoryDevice::new(size).unwrap());
         let g = plan(&opts, size).unwrap();
         format(&*mem, &opts, &g, Zeroed::All, &mut Progress::quiet()).unwrap();
-        let fs = mount(&mem, data);
+        let fs = common::mount_mem_data(&mem, data);
         let stop = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
             s.spawn(|| {
-                let mut rng = Rng(99);
+                let mut rng = common::Rng::new(99);
                 while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                     match rng.below(3) {
                         0 => fs.journal().checkpoint_all().unwrap(),
@@ -376,7 +332,7 @@ fn two_exercisers_beside_checkpoints_read_back_what_they_wrote() {
             }
         });
         fs.unmount().unwrap();
-        assert_clean(&mem, "after the exercisers");
+        common::assert_mem_clean(&mem, "after the exercisers");
     }
 }
 
@@ -387,8 +343,8 @@ fn two_exercisers_beside_checkpoints_read_back_what_they_wrote() {
 /// the file's blocks stayed allocated to an inode nobody could reach.
 #[test]
 fn an_orphan_left_by_a_crash_is_freed_at_the_next_mount() {
-    let mem = fresh(64 << 20, 4096);
-    let fs = mount(&mem, DataMode::Ordered);
+    let mem = common::mem_image_bs(64 << 20, 4096);
+    let fs = common::mount_mem_data(&mem, DataMode::Ordered);
     let free_before = fs.statfs().unwrap().free_blocks;
     let (f, _) = fs.mknod(ROOT, b"f", 0o100644, 0, ME).unwrap();
     fs.write(f, 0, &vec![5u8; 1 << 20], true).unwrap();
@@ -397,14 +353,14 @@ fn an_orphan_left_by_a_crash_is_freed_at_the_next_mount() {
     fs.fsync(f, false).unwrap(); // the orphan chain is durable
     let crashed = Arc::new(MemoryDevice::from_vec(mem.snapshot()));
     drop(fs);
-    let fs = mount(&crashed, DataMode::Ordered);
+    let fs = common::mount_mem_data(&crashed, DataMode::Ordered);
     assert_eq!(
         fs.statfs().unwrap().free_blocks,
         free_before,
         "the orphan's blocks are free again"
     );
     fs.unmount().unwrap();
-    assert_clean(&crashed, "after the orphan was freed");
+    common::assert_mem_clean(&crashed, "after the orphan was freed");
 }
 
 /// O_TMPFILE (ext4_tmpfile): the file starts on the orphan chain with no
@@ -413,8 +369,8 @@ fn an_orphan_left_by_a_crash_is_freed_at_the_next_mount() {
 /// chain, and then it survives like any file.
 #[test]
 fn a_tmpfile_is_an_orphan_until_linked() {
-    let mem = fresh(64 << 20, 4096);
-    let fs = mount(&mem, DataMode::Ordered);
+    let mem = common::mem_image_bs(64 << 20, 4096);
+    let fs = common::mount_mem_data(&mem, DataMode::Ordered);
     let free_before = fs.statfs().unwrap();
     let (t, inode) = fs.tmpfile(ROOT, 0o100600, ME, 0o022).unwrap();
     assert_eq!(inode.i_links_count, 0);
@@ -436,19 +392,19 @@ fn a_tmpfile_is_an_orphan_until_linked() {
     assert_eq!(linked.i_links_count, 1);
     fs.release(kept).unwrap();
     fs.unmount().unwrap();
-    assert_clean(&mem, "after a tmpfile was freed and another linked");
-    let fs = mount(&mem, DataMode::Ordered);
+    common::assert_mem_clean(&mem, "after a tmpfile was freed and another linked");
+    let fs = common::mount_mem_data(&mem, DataMode::Ordered);
     let (ino, _) = fs.lookup(ROOT, b"named").unwrap();
     assert_eq!(fs.read(ino, 0, 11).unwrap(), b"named later");
     fs.unmount().unwrap();
     drop(fs);
 
-    let fs = mount(&crashed, DataMode::Ordered);
+    let fs = common::mount_mem_data(&crashed, DataMode::Ordered);
     assert_eq!(
         fs.statfs().unwrap(),
         free_before,
         "the crashed tmpfile was freed at mount"
     );
     fs.unmount().unwrap();
-    assert_clean(&crashed, "after a crash with a tmpfile open");
+    common::assert_mem_clean(&crashed, "after a crash with a tmpfile open");
 }

@@ -6,8 +6,8 @@
 //! what statfs, getattr, getxattr and readdir say before and after the
 //! failure, then unmounts and asks `e2fsck -fn`.
 
-mod common;
-mod robust_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit as robust_common;
 
 use std::sync::Arc;
 
@@ -19,16 +19,6 @@ use jbdfs::fs::{Filesystem, FsError, MountConfig};
 use jbdfs::mkfs::MkfsOptions;
 use robust_common::*;
 
-fn image(size: u64, block_size: u32) -> Arc<MemoryDevice> {
-    mem_image(
-        size,
-        &MkfsOptions {
-            block_size: Some(block_size),
-            ..Default::default()
-        },
-    )
-}
-
 /// An image whose directories stay linear (no dir_index).
 fn linear_image(size: u64, block_size: u32) -> Arc<MemoryDevice> {
     mem_image(
@@ -39,11 +29,6 @@ fn linear_image(size: u64, block_size: u32) -> Arc<MemoryDevice> {
             ..Default::default()
         },
     )
-}
-
-fn assert_clean(mem: &MemoryDevice, what: &str) {
-    let img = to_file(&mem.snapshot(), "atomicity");
-    common::assert_e2fsck_clean(&img.path, what);
 }
 
 /// Everything a failed operation on these inodes could have changed:
@@ -223,7 +208,7 @@ fn check_xattrs(fs: &Filesystem, f: InodeNo, n: usize, what: &str) {
 /// with ENOSPC and leaves every attribute, synced or not, in place.
 #[test]
 fn setxattr_enospc_keeps_every_attribute() {
-    let mem = image(32 << 20, 4096);
+    let mem = mem_image_bs(32 << 20, 4096);
     let fs = mount_mem(&mem);
     let (f, _) = fs.mknod(ROOT, b"f", 0o100644, 0, ME).unwrap();
     let (n, err) = set_until_full(&fs, f);
@@ -239,7 +224,7 @@ fn setxattr_enospc_keeps_every_attribute() {
     });
     check_xattrs(&fs, f, n, "after more failed setxattrs");
     fs.unmount().unwrap();
-    assert_clean(&mem, "after failed setxattrs");
+    assert_mem_clean(&mem, "after failed setxattrs");
     let fs = mount_mem(&mem);
     check_xattrs(&fs, f, n, "after remount");
     fs.unmount().unwrap();
@@ -251,7 +236,7 @@ fn setxattr_enospc_keeps_every_attribute() {
 /// later sets to the right block.
 #[test]
 fn setxattr_enospc_on_a_shared_block_changes_nothing() {
-    let mem = image(32 << 20, 4096);
+    let mem = mem_image_bs(32 << 20, 4096);
     let fs = mount_mem(&mem);
     // How many fit, learnt on a file of its own: a and b never fail
     // before the block is shared.
@@ -298,7 +283,7 @@ fn setxattr_enospc_on_a_shared_block_changes_nothing() {
     }
     assert_eq!(acl(a), acl(c), "c shares the block too");
     fs.unmount().unwrap();
-    assert_clean(&mem, "after failed setxattrs on a shared block");
+    assert_mem_clean(&mem, "after failed setxattrs on a shared block");
     let fs = mount_mem(&mem);
     for f in [a, b, c] {
         check_xattrs(&fs, f, n, "after remount");
@@ -311,7 +296,7 @@ fn setxattr_enospc_on_a_shared_block_changes_nothing() {
 /// no inode allocated, no link counted, no name added.
 #[test]
 fn creates_needing_a_directory_block_on_a_full_disk_change_nothing() {
-    let mem = image(16 << 20, 1024);
+    let mem = mem_image_bs(16 << 20, 1024);
     let fs = mount_mem(&mem);
     let (d, _) = fs.mkdir(ROOT, b"d", 0o755, ME).unwrap();
     let (x, _) = fs.mknod(ROOT, b"x", 0o100644, 0, ME).unwrap();
@@ -344,7 +329,7 @@ fn creates_needing_a_directory_block_on_a_full_disk_change_nothing() {
     });
     let names = listing(&fs, d);
     fs.unmount().unwrap();
-    assert_clean(&mem, "after creates failed on a full disk");
+    assert_mem_clean(&mem, "after creates failed on a full disk");
     let fs = mount_mem(&mem);
     assert_eq!(listing(&fs, d), names);
     fs.unmount().unwrap();
@@ -355,7 +340,7 @@ fn creates_needing_a_directory_block_on_a_full_disk_change_nothing() {
 /// block and the inode go back, and the inode's slot is never written.
 #[test]
 fn mkdir_and_slow_symlink_with_one_free_block_change_nothing() {
-    let mem = image(16 << 20, 1024);
+    let mem = mem_image_bs(16 << 20, 1024);
     let fs = mount_mem(&mem);
     let (d, _) = fs.mkdir(ROOT, b"d", 0o755, ME).unwrap();
     spares(&fs, 1);
@@ -382,7 +367,7 @@ fn mkdir_and_slow_symlink_with_one_free_block_change_nothing() {
     fs.symlink(ROOT, b"fits", &target, ME).unwrap();
     assert_eq!(fs.statfs().unwrap().free_blocks, 0);
     fs.unmount().unwrap();
-    assert_clean(&mem, "after mkdir and symlink failed with one block free");
+    assert_mem_clean(&mem, "after mkdir and symlink failed with one block free");
 }
 
 /// A directory of exactly 12 full blocks and one block free: a new name
@@ -411,7 +396,7 @@ fn a_directory_insert_needing_an_indirect_block_changes_nothing() {
         fs.mknod(d, b"y0000000", 0o100644, 0, ME)
     });
     fs.unmount().unwrap();
-    assert_clean(&mem, "after inserts needing an indirect block failed");
+    assert_mem_clean(&mem, "after inserts needing an indirect block failed");
 }
 
 /// Writes needing a new pointer block and a data block, one block free:
@@ -419,7 +404,7 @@ fn a_directory_insert_needing_an_indirect_block_changes_nothing() {
 /// first double indirect leaf (a new leaf hung in an existing block).
 #[test]
 fn writes_needing_a_pointer_block_on_a_full_disk_change_nothing() {
-    let mem = image(16 << 20, 1024);
+    let mem = mem_image_bs(16 << 20, 1024);
     let fs = mount_mem(&mem);
     let direct = make_file(&fs, ROOT, "direct", &pattern(12 * 1024, 1));
     let leaf = make_file(&fs, ROOT, "leaf", &pattern((12 + 256 + 256) * 1024, 2));
@@ -435,7 +420,7 @@ fn writes_needing_a_pointer_block_on_a_full_disk_change_nothing() {
     assert!(read_all(&fs, direct) == pattern(12 * 1024, 1));
     assert!(read_all(&fs, leaf) == pattern((12 + 256 + 256) * 1024, 2));
     fs.unmount().unwrap();
-    assert_clean(&mem, "after writes failed for a pointer block");
+    assert_mem_clean(&mem, "after writes failed for a pointer block");
 }
 
 /// fallocate is all or nothing: refused at once when the holes alone do
@@ -443,7 +428,7 @@ fn writes_needing_a_pointer_block_on_a_full_disk_change_nothing() {
 /// without KEEP_SIZE.
 #[test]
 fn fallocate_on_a_nearly_full_disk_changes_nothing() {
-    let mem = image(16 << 20, 1024);
+    let mem = mem_image_bs(16 << 20, 1024);
     let fs = mount_mem(&mem);
     let (f, _) = fs.mknod(ROOT, b"f", 0o100644, 0, ME).unwrap();
     let (g, _) = fs.mknod(ROOT, b"g", 0o100644, 0, ME).unwrap();
@@ -471,7 +456,7 @@ fn fallocate_on_a_nearly_full_disk_changes_nothing() {
     fs.fallocate(f, 0, 12 * 1024, false, true).unwrap();
     assert_eq!(fs.getattr(f).unwrap().i_size, 12 * 1024);
     fs.unmount().unwrap();
-    assert_clean(&mem, "after fallocates failed");
+    assert_mem_clean(&mem, "after fallocates failed");
 }
 
 /// A fallocate larger than one transaction whose pointer blocks tip it
@@ -502,24 +487,17 @@ fn fallocate_undone_across_handles() {
     let used = fs.journal().handles_started() - handles;
     assert!(used >= 3, "the fallocate took only {used} handles");
     fs.unmount().unwrap();
-    assert_clean(&mem, "after a fallocate undone across handles");
+    assert_mem_clean(&mem, "after a fallocate undone across handles");
 }
 
 /// An image made by e2fsprogs with directory `d` of 500 names, indexed
 /// (htree) by `e2fsck -D`; `None` when e2fsprogs is missing.
 fn htree_image() -> Option<Vec<u8>> {
-    let img = common::TempImage::new("atomicity-htree");
-    let made = common::run(
-        "mke2fs",
-        ["-q", "-F", "-t", "ext3", "-b", "1024", img.path_str(), "8M"],
-    );
-    if !made.success() {
-        eprintln!(
-            "skipping: mke2fs failed or is missing:\n{}",
-            made.describe()
-        );
+    if !jbdfs_testkit::available!("the e2fsprogs image"; e2fsprogs) {
         return None;
     }
+    let img = common::mke2fs_image("atomicity-htree", 8 << 20, &["-b", "1024"])
+        .unwrap_or_else(|o| panic!("{}", o.describe()));
     let mut cmds = String::from("mkdir d\n");
     for i in 0..500 {
         cmds.push_str(&format!("write /dev/null d/name{i}\n"));
@@ -557,7 +535,7 @@ fn a_failed_insert_keeps_the_htree_flag() {
         differences(&before, &after)
     );
     fs.unmount().unwrap();
-    assert_clean(&mem, "after a failed link into an htree directory");
+    assert_mem_clean(&mem, "after a failed link into an htree directory");
 }
 
 /// An indexed directory on a full disk: a name whose leaf is full needs a
@@ -565,7 +543,7 @@ fn a_failed_insert_keeps_the_htree_flag() {
 /// nothing; names whose leaf has room still go in.
 #[test]
 fn an_htree_split_without_a_free_block_changes_nothing() {
-    let mem = image(16 << 20, 1024);
+    let mem = mem_image_bs(16 << 20, 1024);
     let fs = mount_mem(&mem);
     let (d, _) = fs.mkdir(ROOT, b"d", 0o755, ME).unwrap();
     let (x, _) = fs.mknod(ROOT, b"x", 0o100644, 0, ME).unwrap();
@@ -590,5 +568,5 @@ fn an_htree_split_without_a_free_block_changes_nothing() {
     }
     assert!(ok > 0 && failed > 0, "{ok} went in, {failed} failed");
     fs.unmount().unwrap();
-    assert_clean(&mem, "after creates in a full htree directory failed");
+    assert_mem_clean(&mem, "after creates in a full htree directory failed");
 }

@@ -7,14 +7,14 @@
 //! retry after a commit (fstests generic/213). Images end `e2fsck -fn`
 //! clean, and Linux reads the punched files back from a loop mount.
 
-mod common;
-mod robust_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit as robust_common;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use jbdfs::device::{BlockDevice, MemoryDevice};
+use jbdfs::device::BlockDevice;
 use jbdfs::format::InodeNo;
 use jbdfs::fs::{DataMode, Filesystem, FsError, MountConfig};
 use jbdfs::journal::JournalConfig;
@@ -27,33 +27,9 @@ fn level_starts(bs: u64) -> [u64; 3] {
     [12, 12 + p, 12 + p + p * p]
 }
 
-fn image(size: u64, bs: u32) -> Arc<MemoryDevice> {
-    mem_image(
-        size,
-        &MkfsOptions {
-            block_size: Some(bs),
-            ..Default::default()
-        },
-    )
-}
-
 /// The data modes in the order the tests have always taken them (each
 /// mode's name seeds its random steps).
 const MODES: [DataMode; 3] = [DataMode::Ordered, DataMode::Journal, DataMode::Writeback];
-
-fn mount(mem: &Arc<MemoryDevice>, data: DataMode) -> Arc<Filesystem> {
-    let dev: Arc<dyn BlockDevice> = mem.clone();
-    let cfg = MountConfig {
-        data,
-        ..Default::default()
-    };
-    Filesystem::mount(dev, &cfg).unwrap()
-}
-
-fn assert_clean(mem: &MemoryDevice, what: &str) {
-    let img = to_file(&mem.snapshot(), "punch");
-    common::assert_e2fsck_clean(&img.path, what);
-}
 
 /// A file and the bytes it should hold, block by block (absent blocks
 /// read as zeros), so files reaching the triple-indirect blocks at 4 KiB
@@ -163,8 +139,8 @@ fn dense_file(fs: &Filesystem, name: &str, bs: u64, n: u64) -> Model {
 #[test]
 fn punch_across_direct_single_and_double_indirect() {
     for bs in [1024u64, 4096] {
-        let mem = image(64 << 20, bs as u32);
-        let fs = mount(&mem, DataMode::Ordered);
+        let mem = mem_image_bs(64 << 20, bs as u32);
+        let fs = mount_mem_data(&mem, DataMode::Ordered);
         let [single, double, _] = level_starts(bs);
         let n = double + 40;
         let mut m = dense_file(&fs, "f", bs, n);
@@ -192,8 +168,8 @@ fn punch_across_direct_single_and_double_indirect() {
             assert_eq!(mapped, !inside, "{bs}: block {b} mapped");
         }
         fs.unmount().unwrap();
-        assert_clean(&mem, &format!("{bs}: punched across three levels"));
-        let fs = mount(&mem, DataMode::Ordered);
+        assert_mem_clean(&mem, &format!("{bs}: punched across three levels"));
+        let fs = mount_mem_data(&mem, DataMode::Ordered);
         m.check(&fs, &format!("{bs}: after a remount"));
         fs.unmount().unwrap();
     }
@@ -249,8 +225,8 @@ fn a_punch_over_more_groups_than_a_transaction_holds_is_chunked() {
 #[test]
 fn punch_frees_the_triple_indirect_tree() {
     let bs = 1024u64;
-    let mem = image(96 << 20, bs as u32);
-    let fs = mount(&mem, DataMode::Ordered);
+    let mem = mem_image_bs(96 << 20, bs as u32);
+    let fs = mount_mem_data(&mem, DataMode::Ordered);
     let [_, _, triple] = level_starts(bs);
     let (ino, _) = fs.mknod(ROOT, b"sparse", 0o100644, 0, ME).unwrap();
     let mut m = Model::new(ino, bs);
@@ -270,7 +246,7 @@ fn punch_frees_the_triple_indirect_tree() {
     assert_eq!(sectors(&fs, ino), 0, "no block left");
     assert_eq!(free(&fs), f_empty, "every block back");
     fs.unmount().unwrap();
-    assert_clean(&mem, "a triple-indirect tree punched away");
+    assert_mem_clean(&mem, "a triple-indirect tree punched away");
 }
 
 /// The edges: a punch inside one block zeroes it and frees nothing; a
@@ -281,8 +257,8 @@ fn punch_frees_the_triple_indirect_tree() {
 #[test]
 fn punch_edges_and_refusals() {
     let bs = 4096u64;
-    let mem = image(32 << 20, bs as u32);
-    let fs = mount(&mem, DataMode::Ordered);
+    let mem = mem_image_bs(32 << 20, bs as u32);
+    let fs = mount_mem_data(&mem, DataMode::Ordered);
     let mut m = dense_file(&fs, "f", bs, 20);
     let f0 = free(&fs);
     m.punch(&fs, 3 * bs + 10, 100);
@@ -320,26 +296,13 @@ fn punch_edges_and_refusals() {
     ));
     m.check(&fs, "after the refusals");
     fs.unmount().unwrap();
-    assert_clean(&mem, "punch edges");
+    assert_mem_clean(&mem, "punch edges");
 }
 
 fn root_caller() -> jbdfs::fs::flags::FlagsCaller {
     jbdfs::fs::flags::FlagsCaller {
         uid: 0,
         cap_effective: u64::MAX,
-    }
-}
-
-/// A tiny deterministic generator (no rand in the library's tests).
-struct Lcg(u64);
-
-impl Lcg {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 = self
-            .0
-            .wrapping_mul(6364136223846793005)
-            .wrapping_add(1442695040888963407);
-        (self.0 >> 33) % n.max(1)
     }
 }
 
@@ -350,12 +313,12 @@ impl Lcg {
 fn random_punches_and_writes_match_a_model_in_every_mode() {
     for bs in [1024u64, 4096] {
         for mode in MODES {
-            let mem = image(96 << 20, bs as u32);
-            let fs = mount(&mem, mode);
+            let mem = mem_image_bs(96 << 20, bs as u32);
+            let fs = mount_mem_data(&mem, mode);
             let [_, double, triple] = level_starts(bs);
             let (ino, _) = fs.mknod(ROOT, b"r", 0o100644, 0, ME).unwrap();
             let mut m = Model::new(ino, bs);
-            let mut rng = Lcg(bs ^ mode.name().len() as u64);
+            let mut rng = Rng::new(bs ^ mode.name().len() as u64);
             // Regions near each level's start, where the edges are.
             let centres = [0, double, triple];
             let what = |i| format!("{bs} {mode}: step {i}");
@@ -374,8 +337,8 @@ fn random_punches_and_writes_match_a_model_in_every_mode() {
             }
             m.check(&fs, &what(120));
             fs.unmount().unwrap();
-            assert_clean(&mem, &format!("{bs} {mode}: random punches"));
-            let fs = mount(&mem, mode);
+            assert_mem_clean(&mem, &format!("{bs} {mode}: random punches"));
+            let fs = mount_mem_data(&mem, mode);
             m.check(&fs, &format!("{bs} {mode}: after a remount"));
             fs.unmount().unwrap();
         }
@@ -387,16 +350,10 @@ fn random_punches_and_writes_match_a_model_in_every_mode() {
 /// loop devices, except under CI, where that is a failure.
 #[test]
 fn linux_reads_punched_files() {
-    if let Err(why) = common::loop_mounts_available() {
-        if std::env::var_os("CI").is_some() {
-            panic!("linux_reads_punched_files needs loop mounts under CI: {why}");
-        }
-        eprintln!("SKIPPED linux_reads_punched_files: {why}");
-        return;
-    }
+    jbdfs_testkit::require!(loop);
     for bs in [1024u64, 4096] {
-        let mem = image(64 << 20, bs as u32);
-        let fs = mount(&mem, DataMode::Ordered);
+        let mem = mem_image_bs(64 << 20, bs as u32);
+        let fs = mount_mem_data(&mem, DataMode::Ordered);
         let [single, double, _] = level_starts(bs);
         let mut m = dense_file(&fs, "f", bs, double + 30);
         m.punch(&fs, 3 * bs + 17, (single + 5) * bs);
@@ -433,7 +390,7 @@ fn fs_free_model_bytes(m: &Model) -> Vec<u8> {
 /// as ext3_should_retry_alloc does, instead of failing with ENOSPC.
 fn fill_unlink_then(how: &str, refill: impl Fn(&Filesystem, InodeNo, u64)) {
     let bs = 1024u64;
-    let mem = image(32 << 20, bs as u32);
+    let mem = mem_image_bs(32 << 20, bs as u32);
     let dev: Arc<dyn BlockDevice> = mem.clone();
     // No periodic commit may come to the rescue during the test.
     let cfg = MountConfig {
@@ -455,7 +412,7 @@ fn fill_unlink_then(how: &str, refill: impl Fn(&Filesystem, InodeNo, u64)) {
         fs.unlink(ROOT, b"again").unwrap();
     }
     fs.unmount().unwrap();
-    assert_clean(&mem, &format!("after {how} into just-freed space"));
+    assert_mem_clean(&mem, &format!("after {how} into just-freed space"));
 }
 
 #[test]

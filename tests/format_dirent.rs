@@ -7,25 +7,8 @@ use jbdfs::format::bytes::le32;
 use jbdfs::format::dirent::{self, DxEntry};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-fn tool(name: &str) -> Option<PathBuf> {
-    ["/sbin", "/usr/sbin", "/bin", "/usr/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
-}
-
-fn run(prog: &Path, args: &[&str]) -> String {
-    let out = Command::new(prog).args(args).output().expect("run tool");
-    String::from_utf8_lossy(&out.stdout).into_owned()
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("jbdfs-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use jbdfs_testkit::{run, tool, TempDir};
 
 /// An image with directory `d` of 500 names, indexed by `e2fsck -D`.
 fn make_htree_image(dir: &Path, debugfs: &Path) -> Option<PathBuf> {
@@ -35,7 +18,7 @@ fn make_htree_image(dir: &Path, debugfs: &Path) -> Option<PathBuf> {
     let e2fsck = tool("e2fsck")?;
     run(
         &mke2fs,
-        &["-q", "-F", "-t", "ext3", "-b", "1024", img_s, "8M"],
+        ["-q", "-F", "-t", "ext3", "-b", "1024", img_s, "8M"],
     );
     let mut cmds = String::from("mkdir d\n");
     for i in 0..500 {
@@ -43,8 +26,8 @@ fn make_htree_image(dir: &Path, debugfs: &Path) -> Option<PathBuf> {
     }
     let cmd_file = dir.join("cmds");
     std::fs::write(&cmd_file, cmds).unwrap();
-    run(debugfs, &["-w", "-f", cmd_file.to_str().unwrap(), img_s]);
-    run(&e2fsck, &["-fyD", img_s]);
+    run(debugfs, ["-w", "-f", cmd_file.to_str().unwrap(), img_s]);
+    run(&e2fsck, ["-fyD", img_s]);
     Some(img)
 }
 
@@ -72,15 +55,11 @@ fn debugfs_leaf_hashes(text: &str) -> HashMap<String, (u32, u32)> {
 
 #[test]
 fn htree_directory_from_e2fsprogs() {
-    let Some(debugfs) = tool("debugfs") else {
-        println!("skipping: debugfs not found");
-        return;
-    };
-    let dir = scratch("dirent");
-    let Some(img) = make_htree_image(&dir, &debugfs) else {
-        println!("skipping: mke2fs/e2fsck not found");
-        return;
-    };
+    jbdfs_testkit::require!(e2fsprogs);
+    let debugfs = tool("debugfs").unwrap();
+    let scratch = TempDir::new("dirent");
+    let dir = scratch.path.clone();
+    let img = make_htree_image(&dir, &debugfs).unwrap();
     let img_s = img.to_str().unwrap();
     let raw = std::fs::read(&img).unwrap();
     let sb = &raw[1024..2048];
@@ -93,7 +72,7 @@ fn htree_directory_from_e2fsprogs() {
     let dump = dir.join("d.bin");
     run(
         &debugfs,
-        &["-R", &format!("dump d {}", dump.display()), img_s],
+        ["-R", &format!("dump d {}", dump.display()), img_s],
     );
     let data = std::fs::read(&dump).unwrap();
     assert!(data.len() > 1024, "directory should span several blocks");
@@ -105,7 +84,7 @@ fn htree_directory_from_e2fsprogs() {
     assert_eq!(root.limit, 124);
     let version = dirent::effective_hash_version(root.hash_version, sb[0x160] & 2 != 0);
 
-    let htree = run(&debugfs, &["-R", "htree d", img_s]);
+    let htree = run(&debugfs, ["-R", "htree d", img_s]).stdout;
     assert!(htree.contains(&format!(
         "Number of entries (count): {}",
         root.entries.len()
@@ -135,12 +114,11 @@ fn htree_directory_from_e2fsprogs() {
         ("x", 0),
     ] {
         let cmd = format!("dx_hash -h {v} -s {seed_s} {name}");
-        let text = run(&debugfs, &["-R", &cmd, img_s]);
+        let text = run(&debugfs, ["-R", &cmd, img_s]).stdout;
         let (hash, minor) = dirent::dx_hash(name.as_bytes(), v, &seed).unwrap();
         let want = format!("Hash of {name} is {hash:#x} (minor {minor:#x})");
         assert!(text.contains(&want), "{text} vs {want}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Every name in the leaf hashes into the leaf's range and matches debugfs.

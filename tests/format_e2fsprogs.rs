@@ -4,7 +4,7 @@
 //! populated by debugfs are parsed with `jbdfs::format`, and every field is
 //! compared with what dumpe2fs and debugfs print for the same image.
 
-mod common;
+use jbdfs_testkit as common;
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;

@@ -5,29 +5,10 @@
 //! the tools or privileges are missing.
 
 use jbdfs::format::jbd::{self, CommitBlock, JournalHeader, JournalSuperblock};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 
-fn tool(name: &str) -> Option<PathBuf> {
-    ["/sbin", "/usr/sbin", "/bin", "/usr/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
-}
-
-fn run(prog: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(prog).args(args).output().expect("run tool");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("jbdfs-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use jbdfs_testkit::{run, tool, LoopMount, TempDir, LOOP_LOCK};
 
 /// The value after `key:` in dumpe2fs -h output.
 fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
@@ -44,7 +25,7 @@ fn parse_num(s: &str) -> u32 {
 }
 
 fn journal_superblock(img: &Path, debugfs: &Path) -> JournalSuperblock {
-    let (_, out) = run(debugfs, &["-R", "bmap <8> 0", img.to_str().unwrap()]);
+    let out = run(debugfs, ["-R", "bmap <8> 0", img.to_str().unwrap()]).stdout;
     let block: u64 = out.trim().parse().expect("bmap output");
     let raw = std::fs::read(img).unwrap();
     let off = (block * 4096) as usize;
@@ -53,21 +34,22 @@ fn journal_superblock(img: &Path, debugfs: &Path) -> JournalSuperblock {
 
 #[test]
 fn mke2fs_journal_superblock() {
-    let (Some(mke2fs), Some(debugfs), Some(dumpe2fs)) =
-        (tool("mke2fs"), tool("debugfs"), tool("dumpe2fs"))
-    else {
-        println!("skipping: e2fsprogs not found");
-        return;
-    };
-    let dir = scratch("jbd-sb");
+    jbdfs_testkit::require!(e2fsprogs);
+    let (mke2fs, debugfs, dumpe2fs) = (
+        tool("mke2fs").unwrap(),
+        tool("debugfs").unwrap(),
+        tool("dumpe2fs").unwrap(),
+    );
+    let scratch = TempDir::new("jbd-sb");
+    let dir = scratch.path.clone();
     let img = dir.join("j.img");
     let img_s = img.to_str().unwrap();
     run(
         &mke2fs,
-        &["-q", "-F", "-t", "ext3", "-b", "4096", img_s, "64M"],
+        ["-q", "-F", "-t", "ext3", "-b", "4096", img_s, "64M"],
     );
     let sb = journal_superblock(&img, &debugfs);
-    let (_, dump) = run(&dumpe2fs, &["-h", img_s]);
+    let dump = run(&dumpe2fs, ["-h", img_s]).stdout;
     assert!(sb.is_v2());
     assert_eq!(sb.s_blocksize, 4096);
     let total = field(&dump, "Total journal blocks").or(field(&dump, "Journal length"));
@@ -78,53 +60,41 @@ fn mke2fs_journal_superblock() {
     assert!(sb.check_features().is_ok());
     let raw = sb.to_bytes();
     assert_eq!(JournalSuperblock::parse(&raw).unwrap(), sb);
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
-/// Mounts the image, makes a few transactions, and unmounts. False if
-/// mounting is not possible here.
-fn kernel_transactions(img: &Path, mnt: &Path) -> bool {
-    std::fs::create_dir_all(mnt).unwrap();
-    let mount = Command::new("mount")
-        .args(["-t", "ext3", "-o", "loop"])
-        .arg(img)
-        .arg(mnt)
-        .output();
-    if !mount.is_ok_and(|o| o.status.success()) {
-        return false;
-    }
+/// Mounts the image (Linux's ext3 on a loop device), makes a few
+/// transactions, and unmounts.
+fn kernel_transactions(img: &Path) {
+    let _serial = LOOP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+    let mut m = LoopMount::mount(img).unwrap_or_else(|o| panic!("{}", o.describe()));
+    let mnt = m.path().to_path_buf();
     for i in 0..4 {
         std::fs::write(mnt.join(format!("f{i}")), vec![i as u8; 40_000]).unwrap();
         let _ = Command::new("sync").status();
     }
     std::fs::remove_file(mnt.join("f1")).unwrap();
     let _ = Command::new("sync").status();
-    Command::new("umount").arg(mnt).status().unwrap().success()
+    m.umount().expect_ok();
 }
 
 #[test]
 fn kernel_written_log_parses() {
-    let (Some(mke2fs), Some(debugfs)) = (tool("mke2fs"), tool("debugfs")) else {
-        println!("skipping: e2fsprogs not found");
-        return;
-    };
-    let dir = scratch("jbd-log");
+    jbdfs_testkit::require!(e2fsprogs, loop);
+    let (mke2fs, debugfs) = (tool("mke2fs").unwrap(), tool("debugfs").unwrap());
+    let scratch = TempDir::new("jbd-log");
+    let dir = scratch.path.clone();
     let img = dir.join("j.img");
     let img_s = img.to_str().unwrap();
     run(
         &mke2fs,
-        &["-q", "-F", "-t", "ext3", "-b", "4096", img_s, "64M"],
+        ["-q", "-F", "-t", "ext3", "-b", "4096", img_s, "64M"],
     );
-    if !kernel_transactions(&img, &dir.join("mnt")) {
-        println!("skipping: cannot loop-mount ext3 here (needs root)");
-        let _ = std::fs::remove_dir_all(&dir);
-        return;
-    }
+    kernel_transactions(&img);
     let sb = journal_superblock(&img, &debugfs);
     let jfile = dir.join("journal");
     run(
         &debugfs,
-        &["-R", &format!("dump <8> {}", jfile.display()), img_s],
+        ["-R", &format!("dump <8> {}", jfile.display()), img_s],
     );
     let journal = std::fs::read(&jfile).unwrap();
     let last = walk_log(&journal, &sb);
@@ -139,7 +109,6 @@ fn kernel_written_log_parses() {
         "s_sequence {} after {last}",
         sb.s_sequence
     );
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 /// Walks descriptor/data/commit runs from s_first; returns the last

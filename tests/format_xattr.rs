@@ -7,28 +7,8 @@
 use jbdfs::format::bytes::le16;
 use jbdfs::format::xattr::{self, Xattr};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
-fn tool(name: &str) -> Option<PathBuf> {
-    ["/sbin", "/usr/sbin", "/bin", "/usr/bin"]
-        .iter()
-        .map(|d| Path::new(d).join(name))
-        .find(|p| p.exists())
-}
-
-fn run(prog: &Path, args: &[&str]) -> (bool, String) {
-    let out = Command::new(prog).args(args).output().expect("run tool");
-    (
-        out.status.success(),
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-    )
-}
-
-fn scratch(tag: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("jbdfs-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+use jbdfs_testkit::{run, tool, TempDir};
 
 struct Tools {
     mke2fs: PathBuf,
@@ -51,16 +31,16 @@ fn image_with_xattrs(t: &Tools, dir: &Path, isize: &str, attrs: &[(&str, Vec<u8>
     let img_s = img.to_str().unwrap();
     run(
         &t.mke2fs,
-        &[
+        [
             "-q", "-F", "-t", "ext3", "-I", isize, "-b", "1024", img_s, "8M",
         ],
     );
-    run(&t.debugfs, &["-w", "-R", "write /dev/null f", img_s]);
+    run(&t.debugfs, ["-w", "-R", "write /dev/null f", img_s]);
     for (i, (name, value)) in attrs.iter().enumerate() {
         let vf = dir.join(format!("v{i}"));
         std::fs::write(&vf, value).unwrap();
         let cmd = format!("ea_set -f {} /f {name}", vf.display());
-        run(&t.debugfs, &["-w", "-R", &cmd, img_s]);
+        run(&t.debugfs, ["-w", "-R", &cmd, img_s]);
     }
     img
 }
@@ -100,16 +80,16 @@ fn fsck_with(t: &Tools, img: &Path, off: usize, bytes: &[u8]) -> (bool, String) 
     let mut raw = std::fs::read(img).unwrap();
     raw[off..off + bytes.len()].copy_from_slice(bytes);
     std::fs::write(&copy, raw).unwrap();
-    run(&t.e2fsck, &["-fn", copy.to_str().unwrap()])
+    let o = run(&t.e2fsck, ["-fn", copy.to_str().unwrap()]);
+    (o.success(), o.stdout)
 }
 
 #[test]
 fn xattr_block_from_debugfs() {
-    let Some(t) = tools() else {
-        println!("skipping: e2fsprogs not found");
-        return;
-    };
-    let dir = scratch("xattr-block");
+    jbdfs_testkit::require!(e2fsprogs);
+    let t = tools().unwrap();
+    let scratch = TempDir::new("xattr-block");
+    let dir = scratch.path.clone();
     let big: Vec<u8> = (0..300u32).map(|i| (i * 7 + 3) as u8).collect();
     let attrs = [
         ("user.big", big),
@@ -121,7 +101,7 @@ fn xattr_block_from_debugfs() {
         ),
     ];
     let img = image_with_xattrs(&t, &dir, "128", &attrs);
-    let (_, stat) = run(&t.debugfs, &["-R", "stat /f", img.to_str().unwrap()]);
+    let stat = run(&t.debugfs, ["-R", "stat /f", img.to_str().unwrap()]).stdout;
     let acl = stat
         .lines()
         .find_map(|l| l.trim().strip_prefix("File ACL:"))
@@ -143,19 +123,17 @@ fn xattr_block_from_debugfs() {
     assert_ne!(xattr::parse_block(&ours).unwrap().h_hash, 0);
     let (ok, out) = fsck_with(&t, &img, acl * 1024, &ours);
     assert!(ok, "e2fsck rejected our block:\n{out}");
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]
 fn in_inode_xattrs_from_debugfs() {
-    let Some(t) = tools() else {
-        println!("skipping: e2fsprogs not found");
-        return;
-    };
-    let dir = scratch("xattr-ibody");
+    jbdfs_testkit::require!(e2fsprogs);
+    let t = tools().unwrap();
+    let scratch = TempDir::new("xattr-ibody");
+    let dir = scratch.path.clone();
     let attrs = [("user.small", b"hello".to_vec()), ("user.e", Vec::new())];
     let img = image_with_xattrs(&t, &dir, "256", &attrs);
-    let (_, imap) = run(&t.debugfs, &["-R", "imap /f", img.to_str().unwrap()]);
+    let imap = run(&t.debugfs, ["-R", "imap /f", img.to_str().unwrap()]).stdout;
     let words: Vec<&str> = imap.split_whitespace().collect();
     let at = words
         .iter()
@@ -177,5 +155,4 @@ fn in_inode_xattrs_from_debugfs() {
     assert_eq!(entry_hashes(&ours, 4), entry_hashes(area, 4));
     let (ok, out) = fsck_with(&t, &img, blk * 1024 + off + start, &ours);
     assert!(ok, "e2fsck rejected our in-inode area:\n{out}");
-    let _ = std::fs::remove_dir_all(&dir);
 }

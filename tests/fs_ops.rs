@@ -2,7 +2,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! The filesystem layer in-process, on image files checked by e2fsck.
 
-use std::path::PathBuf;
 use std::process::Command;
 use std::sync::Arc;
 
@@ -10,61 +9,12 @@ use jbdfs::device::{FileDevice, OpenOptions};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::{Caller, SetAttr};
 use jbdfs::fs::{Filesystem, FsError, MountConfig};
-use jbdfs::mkfs::{make_filesystem, MkfsOptions, Request};
+use jbdfs::mkfs::MkfsOptions;
+
+use jbdfs_testkit::{assert_e2fsck_clean, jbdfs_image, mount_file};
 
 const ROOT: InodeNo = InodeNo(2);
 const ME: Caller = Caller { uid: 0, gid: 0 };
-
-struct Image(PathBuf);
-
-impl Drop for Image {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
-
-fn image(size: u64, block_size: u32) -> Image {
-    let dir = if std::path::Path::new("/dev/shm").is_dir() {
-        PathBuf::from("/dev/shm")
-    } else {
-        std::env::temp_dir()
-    };
-    let path = dir.join(format!(
-        "jbdfs-fsops-{}-{}.img",
-        std::process::id(),
-        jbdfs::util::unique_suffix()
-    ));
-    let req = Request {
-        options: MkfsOptions {
-            block_size: Some(block_size),
-            ..Default::default()
-        },
-        size: Some(size),
-        quiet: true,
-        ..Default::default()
-    };
-    make_filesystem(&path, &req).unwrap();
-    Image(path)
-}
-
-fn mount(img: &Image) -> Arc<Filesystem> {
-    let dev = FileDevice::open(&img.0, OpenOptions::default()).unwrap();
-    Filesystem::mount(Arc::new(dev), &MountConfig::default()).unwrap()
-}
-
-fn e2fsck_clean(img: &Image) {
-    let out = Command::new("e2fsck")
-        .arg("-fn")
-        .arg(&img.0)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "e2fsck -fn failed:\n{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-}
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
@@ -75,8 +25,8 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 #[test]
 fn create_write_read_unlink_is_clean() {
     for bs in [1024, 4096] {
-        let img = image(64 << 20, bs);
-        let fs = mount(&img);
+        let img = jbdfs_image("fsops", 64 << 20, bs);
+        let fs = mount_file(&img.path);
         let (f, _) = fs.mknod(ROOT, b"file", 0o100644, 0, ME).unwrap();
         let data = pattern(3 << 20, 7);
         fs.write(f, 0, &data, true).unwrap();
@@ -114,8 +64,8 @@ fn create_write_read_unlink_is_clean() {
         assert_eq!(fs.getattr(f).unwrap().i_size, 5000);
         fs.unmount().unwrap();
         drop(fs);
-        e2fsck_clean(&img);
-        let fs = mount(&img);
+        assert_e2fsck_clean(&img.path, "the image");
+        let fs = mount_file(&img.path);
         let (again, inode) = fs.lookup(ROOT, b"file").unwrap();
         assert_eq!(again, f);
         assert_eq!(inode.i_links_count, 2);
@@ -124,14 +74,14 @@ fn create_write_read_unlink_is_clean() {
         fs.unlink(d, b"hardlink").unwrap();
         fs.unmount().unwrap();
         drop(fs);
-        e2fsck_clean(&img);
+        assert_e2fsck_clean(&img.path, "the image");
     }
 }
 
 #[test]
 fn open_unlinked_file_lives_until_release() {
-    let img = image(32 << 20, 4096);
-    let fs = mount(&img);
+    let img = jbdfs_image("fsops", 32 << 20, 4096);
+    let fs = mount_file(&img.path);
     let (f, _) = fs.mknod(ROOT, b"tmp", 0o100644, 0, ME).unwrap();
     fs.open(f).unwrap();
     fs.write(f, 0, &pattern(100_000, 1), true).unwrap();
@@ -143,14 +93,14 @@ fn open_unlinked_file_lives_until_release() {
     assert!(fs.statfs().unwrap().free_blocks > free_before);
     fs.unmount().unwrap();
     drop(fs);
-    e2fsck_clean(&img);
+    assert_e2fsck_clean(&img.path, "the image");
 }
 
 #[test]
 fn renames_keep_the_tree_consistent() {
     use jbdfs::fs::namei::RenameFlags;
-    let img = image(32 << 20, 1024);
-    let fs = mount(&img);
+    let img = jbdfs_image("fsops", 32 << 20, 1024);
+    let fs = mount_file(&img.path);
     let (a, _) = fs.mkdir(ROOT, b"a", 0o755, ME).unwrap();
     let (b, _) = fs.mkdir(ROOT, b"b", 0o755, ME).unwrap();
     let (sub, _) = fs.mkdir(a, b"sub", 0o755, ME).unwrap();
@@ -201,13 +151,13 @@ fn renames_keep_the_tree_consistent() {
         .unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    e2fsck_clean(&img);
+    assert_e2fsck_clean(&img.path, "the image");
 }
 
 #[test]
 fn sixteen_threads_in_shared_directories() {
-    let img = image(256 << 20, 4096);
-    let fs = mount(&img);
+    let img = jbdfs_image("fsops", 256 << 20, 4096);
+    let fs = mount_file(&img.path);
     let dirs: Vec<InodeNo> = (0..4)
         .map(|i| {
             fs.mkdir(ROOT, format!("d{i}").as_bytes(), 0o755, ME)
@@ -263,13 +213,13 @@ fn sixteen_threads_in_shared_directories() {
     }
     fs.unmount().unwrap();
     drop(fs);
-    e2fsck_clean(&img);
+    assert_e2fsck_clean(&img.path, "the image");
 }
 
 #[test]
 fn full_disk_gives_enospc_and_keeps_data() {
-    let img = image(16 << 20, 1024);
-    let fs = mount(&img);
+    let img = jbdfs_image("fsops", 16 << 20, 1024);
+    let fs = mount_file(&img.path);
     let (keep, _) = fs.mknod(ROOT, b"keep", 0o100644, 0, ME).unwrap();
     fs.write(keep, 0, &pattern(100_000, 9), true).unwrap();
     let user = Caller {
@@ -292,32 +242,20 @@ fn full_disk_gives_enospc_and_keeps_data() {
     assert_eq!(fs.read(keep, 0, 100_000).unwrap(), pattern(100_000, 9));
     fs.unmount().unwrap();
     drop(fs);
-    e2fsck_clean(&img);
+    assert_e2fsck_clean(&img.path, "the image");
 }
 
 #[test]
 fn xattrs_in_inode_in_blocks_and_shared() {
     use jbdfs::fs::xattr::SetMode;
     for (bs, isize) in [(4096u32, 256u16), (1024, 128)] {
-        let dir = if std::path::Path::new("/dev/shm").is_dir() {
-            "/dev/shm"
-        } else {
-            "/tmp"
-        };
-        let path = PathBuf::from(dir).join(format!("jbdfs-xattr-{}-{bs}.img", std::process::id()));
-        let req = Request {
-            options: MkfsOptions {
-                block_size: Some(bs),
-                inode_size: isize,
-                ..Default::default()
-            },
-            size: Some(32 << 20),
-            quiet: true,
+        let opts = MkfsOptions {
+            block_size: Some(bs),
+            inode_size: isize,
             ..Default::default()
         };
-        make_filesystem(&path, &req).unwrap();
-        let img = Image(path);
-        let fs = mount(&img);
+        let img = jbdfs_testkit::jbdfs_image_with("xattr", opts, 32 << 20);
+        let fs = mount_file(&img.path);
         let (a, _) = fs.mknod(ROOT, b"a", 0o100644, 0, ME).unwrap();
         let (b, _) = fs.mknod(ROOT, b"b", 0o100644, 0, ME).unwrap();
         for f in [a, b] {
@@ -360,15 +298,15 @@ fn xattrs_in_inode_in_blocks_and_shared() {
         fs.unlink(ROOT, b"a").unwrap();
         fs.unmount().unwrap();
         drop(fs);
-        e2fsck_clean(&img);
+        assert_e2fsck_clean(&img.path, "the image");
     }
 }
 
 #[test]
 fn files_reach_the_ext3_size_limit_and_no_further() {
     for bs in [1024u32, 4096] {
-        let img = image(32 << 20, bs);
-        let fs = mount(&img);
+        let img = jbdfs_image("fsops", 32 << 20, bs);
+        let fs = mount_file(&img.path);
         let max = fs.max_file_size();
         let (f, _) = fs.mknod(ROOT, b"huge", 0o100644, 0, ME).unwrap();
         fs.write(f, max - 1, b"x", true).unwrap();
@@ -380,7 +318,7 @@ fn files_reach_the_ext3_size_limit_and_no_further() {
         ));
         fs.unmount().unwrap();
         drop(fs);
-        e2fsck_clean(&img);
+        assert_e2fsck_clean(&img.path, "the image");
     }
 }
 
@@ -390,8 +328,8 @@ fn files_reach_the_ext3_size_limit_and_no_further() {
 /// brings writes back, and the unmounted image is clean again.
 #[test]
 fn remount_read_only_leaves_a_clean_image_and_read_write_resumes() {
-    let img = image(64 << 20, 1024);
-    let fs = mount(&img);
+    let img = jbdfs_image("fsops", 64 << 20, 1024);
+    let fs = mount_file(&img.path);
     let (f, _) = fs.mknod(ROOT, b"file", 0o100644, 0, ME).unwrap();
     let data = pattern(200_000, 3);
     fs.write(f, 0, &data, true).unwrap();
@@ -402,7 +340,7 @@ fn remount_read_only_leaves_a_clean_image_and_read_write_resumes() {
     assert!(fs.mknod(ROOT, b"more", 0o100644, 0, ME).is_err());
     let sb = jbdfs::fs::mount::read_superblock(
         &FileDevice::open(
-            &img.0,
+            &img.path,
             OpenOptions {
                 read_only: true,
                 no_lock: true,
@@ -417,15 +355,15 @@ fn remount_read_only_leaves_a_clean_image_and_read_write_resumes() {
         0,
         "needs_recovery is cleared while read-only"
     );
-    e2fsck_clean(&img);
+    assert_e2fsck_clean(&img.path, "the image");
     assert_eq!(fs.read(f, 0, data.len() as u32).unwrap(), data);
     fs.remount(false).unwrap();
     assert!(!fs.is_read_only());
     fs.write(f, 0, b"again", true).unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    e2fsck_clean(&img);
-    let fs = mount(&img);
+    assert_e2fsck_clean(&img.path, "the image");
+    let fs = mount_file(&img.path);
     assert_eq!(fs.read(f, 0, 5).unwrap(), b"again");
     fs.unmount().unwrap();
 }
@@ -437,19 +375,19 @@ fn remount_read_only_leaves_a_clean_image_and_read_write_resumes() {
 /// On a device that cannot be written it stays read-only.
 #[test]
 fn a_read_only_mount_goes_read_write_at_a_remount() {
-    let img = image(32 << 20, 1024);
-    let fs = mount(&img);
+    let img = jbdfs_image("fsops", 32 << 20, 1024);
+    let fs = mount_file(&img.path);
     let (f, _) = fs.mknod(ROOT, b"file", 0o100644, 0, ME).unwrap();
     fs.write(f, 0, b"before", true).unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    let bytes = std::fs::read(&img.0).unwrap();
+    let bytes = std::fs::read(&img.path).unwrap();
 
     let ro = MountConfig {
         read_only: true,
         ..Default::default()
     };
-    let dev = FileDevice::open(&img.0, OpenOptions::default()).unwrap();
+    let dev = FileDevice::open(&img.path, OpenOptions::default()).unwrap();
     let fs = Filesystem::mount(Arc::new(dev), &ro).unwrap();
     assert!(fs.is_read_only());
     assert!(
@@ -460,7 +398,7 @@ fn a_read_only_mount_goes_read_write_at_a_remount() {
     assert_eq!(fs.read(f, 0, 6).unwrap(), b"before");
     fs.sync().unwrap();
     assert!(
-        std::fs::read(&img.0).unwrap() == bytes,
+        std::fs::read(&img.path).unwrap() == bytes,
         "a read-only mount wrote"
     );
 
@@ -470,19 +408,19 @@ fn a_read_only_mount_goes_read_write_at_a_remount() {
     fs.write(f, 0, b"after!", true).unwrap();
     fs.mknod(ROOT, b"new", 0o100644, 0, ME).unwrap();
     fs.remount(true).unwrap();
-    e2fsck_clean(&img);
+    assert_e2fsck_clean(&img.path, "the image");
     fs.remount(false).unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    e2fsck_clean(&img);
-    let fs = mount(&img);
+    assert_e2fsck_clean(&img.path, "the image");
+    let fs = mount_file(&img.path);
     assert_eq!(fs.read(f, 0, 6).unwrap(), b"after!");
     assert!(fs.lookup(ROOT, b"new").is_ok());
     fs.unmount().unwrap();
     drop(fs);
 
     let dev = FileDevice::open(
-        &img.0,
+        &img.path,
         OpenOptions {
             read_only: true,
             ..Default::default()
@@ -504,10 +442,10 @@ fn a_read_only_mount_goes_read_write_at_a_remount() {
 /// directory is counted, and jbdfs counts as ext4 does.
 #[test]
 fn dir_nlink_images_mount_read_write_and_stay_clean() {
-    let img = image(32 << 20, 1024);
+    let img = jbdfs_image("fsops", 32 << 20, 1024);
     let tune = Command::new("tune2fs")
         .args(["-O", "dir_nlink"])
-        .arg(&img.0)
+        .arg(&img.path)
         .output()
         .expect("tune2fs");
     assert!(
@@ -515,7 +453,7 @@ fn dir_nlink_images_mount_read_write_and_stay_clean() {
         "{}",
         String::from_utf8_lossy(&tune.stderr)
     );
-    let fs = mount(&img);
+    let fs = mount_file(&img.path);
     let (d, _) = fs.mkdir(ROOT, b"d", 0o755, ME).unwrap();
     for i in 0..20 {
         fs.mkdir(d, format!("s{i}").as_bytes(), 0o755, ME).unwrap();
@@ -527,7 +465,7 @@ fn dir_nlink_images_mount_read_write_and_stay_clean() {
     assert_eq!(fs.getattr(d).unwrap().i_links_count, 17);
     fs.unmount().unwrap();
     drop(fs);
-    e2fsck_clean(&img);
+    assert_e2fsck_clean(&img.path, "the image");
 }
 
 /// RENAME_WHITEOUT (overlayfs's): the file moves and its old name is left
@@ -537,8 +475,8 @@ fn dir_nlink_images_mount_read_write_and_stay_clean() {
 #[test]
 fn rename_whiteout_leaves_a_whiteout_at_the_old_name() {
     use jbdfs::fs::namei::RenameFlags;
-    let img = image(32 << 20, 4096);
-    let fs = mount(&img);
+    let img = jbdfs_image("fsops", 32 << 20, 4096);
+    let fs = mount_file(&img.path);
     let (f, _) = fs.mknod(ROOT, b"upper", 0o100644, 0, ME).unwrap();
     fs.write(f, 0, b"moved", true).unwrap();
     let who = Caller {
@@ -572,10 +510,10 @@ fn rename_whiteout_leaves_a_whiteout_at_the_old_name() {
     assert!(fs.rename(d, b"again", ROOT, b"upper", both).is_err());
     fs.unmount().unwrap();
     drop(fs);
-    e2fsck_clean(&img);
+    assert_e2fsck_clean(&img.path, "the image");
     let out = Command::new("debugfs")
         .args(["-R", "stat /upper"])
-        .arg(&img.0)
+        .arg(&img.path)
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);

@@ -8,7 +8,7 @@
 //! by a fresh mount, which must find every file with its data, and e2fsck
 //! must find the result clean.
 
-mod common;
+use jbdfs_testkit as common;
 
 use std::sync::mpsc;
 use std::sync::Arc;

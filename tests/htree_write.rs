@@ -4,26 +4,19 @@
 //! index, kept through creates, deletes and renames, that e2fsck finds
 //! clean and Linux uses (issue 18). Images without dir_index stay linear.
 
-mod common;
+use jbdfs_testkit as common;
 
 use std::collections::BTreeSet;
 use std::path::Path;
-use std::sync::Arc;
 
 use common::*;
-use jbdfs::device::{FileDevice, OpenOptions};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::{Caller, RenameFlags};
-use jbdfs::fs::{Filesystem, MountConfig};
+use jbdfs::fs::Filesystem;
 use jbdfs::mkfs::MkfsOptions;
 
 const ROOT: InodeNo = InodeNo(2);
 const ME: Caller = Caller { uid: 0, gid: 0 };
-
-fn mount(image: &Path) -> Arc<Filesystem> {
-    let dev = FileDevice::open(image, OpenOptions::default()).unwrap();
-    Filesystem::mount(Arc::new(dev), &MountConfig::default()).unwrap()
-}
 
 /// Names of varied lengths, so leaves hold different counts.
 fn name(i: usize) -> String {
@@ -72,7 +65,7 @@ fn is_indexed(image: &Path, dir: &str) -> bool {
 /// (itself indexed) and back, and checks jbdfs, e2fsck, debugfs and Linux.
 fn big_directory(bs: u32, n: usize) {
     let img = image(&format!("htree-{bs}-{n}"), bs, n, &[]);
-    let fs = mount(&img.path);
+    let fs = mount_file(&img.path);
     let (big, _) = fs.mkdir(ROOT, b"big", 0o755, ME).unwrap();
     let (other, _) = fs.mkdir(ROOT, b"other", 0o755, ME).unwrap();
     let mut in_big = BTreeSet::new();
@@ -126,7 +119,7 @@ fn big_directory(bs: u32, n: usize) {
     }
 
     // A new mount reads the index back and keeps adding through it.
-    let fs = mount(&img.path);
+    let fs = mount_file(&img.path);
     let (big, _) = fs.lookup(ROOT, b"big").unwrap();
     check_jbdfs(&fs, big, &in_big);
     for i in 0..500 {
@@ -138,8 +131,7 @@ fn big_directory(bs: u32, n: usize) {
     drop(fs);
     assert_e2fsck_clean(&img.path, &format!("{what}, after a remount"));
 
-    if let Err(why) = loop_mounts_available() {
-        eprintln!("skipping the Linux half: {why}");
+    if !jbdfs_testkit::available!("the Linux half"; loop) {
         return;
     }
     let _guard = LOOP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -189,7 +181,7 @@ fn fifty_thousand_names_4k_blocks() {
 #[test]
 fn without_dir_index_directories_stay_linear() {
     let img = image("htree-none", 1024, 3000, &["^dir_index"]);
-    let fs = mount(&img.path);
+    let fs = mount_file(&img.path);
     let (big, _) = fs.mkdir(ROOT, b"big", 0o755, ME).unwrap();
     let mut expect = BTreeSet::new();
     for i in 0..3000 {
@@ -224,7 +216,7 @@ fn every_superblock_hash_signed_and_unsigned() {
             ] {
                 run("debugfs", ["-w", "-R", &req, img.path_str()]).expect_ok();
             }
-            let fs = mount(&img.path);
+            let fs = mount_file(&img.path);
             let (big, _) = fs.mkdir(ROOT, b"big", 0o755, ME).unwrap();
             for i in 0..3000 {
                 fs.mknod(big, &high_name(i), 0o100644, 0, ME).unwrap();
@@ -237,7 +229,7 @@ fn every_superblock_hash_signed_and_unsigned() {
             let what = format!("hash {hash}, s_flags {flags}");
             assert_e2fsck_clean(&img.path, &what);
             assert!(is_indexed(&img.path, "/big"), "{what}");
-            if loop_mounts_available().is_err() {
+            if !jbdfs_testkit::available!("the Linux half"; loop) {
                 continue;
             }
             let _guard = LOOP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -269,7 +261,7 @@ fn million_names_benchmark() {
         ..Default::default()
     };
     let img = jbdfs_image_with("htree-million", opts, 4 << 30);
-    let fs = mount(&img.path);
+    let fs = mount_file(&img.path);
     let (big, _) = fs.mkdir(ROOT, b"big", 0o755, ME).unwrap();
     let nm = |i: usize| format!("file-{i:07}");
     let t = Instant::now();
@@ -285,7 +277,7 @@ fn million_names_benchmark() {
     fs.unmount().unwrap();
     drop(fs);
     let t = Instant::now();
-    let fs = mount(&img.path);
+    let fs = mount_file(&img.path);
     fs.lookup(big, nm(N / 2).as_bytes()).unwrap();
     let first = t.elapsed();
     fs.unmount().unwrap();
@@ -300,7 +292,7 @@ fn million_names_benchmark() {
     );
     assert_e2fsck_clean(&img.path, "a million names");
     assert!(is_indexed(&img.path, "/big"));
-    if loop_mounts_available().is_err() {
+    if !jbdfs_testkit::available!("the Linux half"; loop) {
         return;
     }
     let _guard = LOOP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -346,7 +338,7 @@ fn list_in_chunks(fs: &Filesystem, dir: InodeNo, mut between: impl FnMut(usize))
 fn a_listing_beside_creates_and_unlinks_returns_every_lasting_name_once() {
     for bs in [1024, 4096] {
         let img = image(&format!("htree-listing-{bs}"), bs, 20_000, &[]);
-        let fs = mount(&img.path);
+        let fs = mount_file(&img.path);
         for start in [3usize, 40, 2_000] {
             let (dir, _) = fs
                 .mkdir(ROOT, format!("d{start}").as_bytes(), 0o755, ME)

@@ -7,18 +7,15 @@
 //! forbid, inheritance, and the sync flag's commits. e2fsck -fn is clean
 //! afterwards. daemon/tests/inode_flags.rs does the same through FUSE.
 
-mod common;
-
-use std::sync::Arc;
+use jbdfs_testkit as common;
 
 use common::TempImage;
-use jbdfs::device::{FileDevice, OpenOptions};
 use jbdfs::format::inode::flags::*;
 use jbdfs::format::InodeNo;
 use jbdfs::fs::flags::{FlagsCaller, CAP_FOWNER, CAP_LINUX_IMMUTABLE};
 use jbdfs::fs::namei::{Caller, RenameFlags, SetAttr};
 use jbdfs::fs::xattr::SetMode;
-use jbdfs::fs::{Filesystem, FsError, MountConfig};
+use jbdfs::fs::{Filesystem, FsError};
 use jbdfs::mkfs::{make_filesystem, MkfsOptions, Request};
 
 const ROOT: InodeNo = InodeNo(2);
@@ -44,11 +41,6 @@ fn image(tag: &str) -> TempImage {
     img
 }
 
-fn mount(img: &TempImage) -> Arc<Filesystem> {
-    let dev = FileDevice::open(&img.path, OpenOptions::default()).unwrap();
-    Filesystem::mount(Arc::new(dev), &MountConfig::default()).unwrap()
-}
-
 fn file(fs: &Filesystem, dir: InodeNo, name: &str) -> InodeNo {
     let (ino, _) = fs.mknod(dir, name.as_bytes(), 0o644, 0, ME).unwrap();
     fs.write(ino, 0, name.as_bytes(), true).unwrap();
@@ -72,7 +64,7 @@ fn requested_commits(fs: &Filesystem) -> u64 {
 #[test]
 fn who_may_set_which_flag() {
     let img = image("flags-who");
-    let fs = mount(&img);
+    let fs = common::mount_file(&img.path);
     let f = file(&fs, ROOT, "f");
     let d = fs.mkdir(ROOT, b"d", 0o755, ME).unwrap().0;
     let owner = FlagsCaller {
@@ -173,7 +165,7 @@ fn who_may_set_which_flag() {
     fs.unmount().unwrap();
     drop(fs);
     common::assert_e2fsck_clean(&img.path, "after flag changes");
-    let fs = mount(&img);
+    let fs = common::mount_file(&img.path);
     assert_eq!(fs.get_flags(f).unwrap(), EXT2_NOATIME_FL);
     assert_eq!(fs.get_version(f).unwrap(), 9);
     fs.unmount().unwrap();
@@ -182,7 +174,7 @@ fn who_may_set_which_flag() {
 #[test]
 fn immutable_and_append_only_refuse_every_change() {
     let img = image("flags-refuse");
-    let fs = mount(&img);
+    let fs = common::mount_file(&img.path);
     let imm = file(&fs, ROOT, "imm");
     let app = file(&fs, ROOT, "app");
     let plain = file(&fs, ROOT, "plain");
@@ -345,7 +337,7 @@ fn immutable_and_append_only_refuse_every_change() {
 #[test]
 fn inheritance_and_the_sync_flags() {
     let img = image("flags-sync");
-    let fs = mount(&img);
+    let fs = common::mount_file(&img.path);
     let d = fs.mkdir(ROOT, b"d", 0o755, ME).unwrap().0;
     let all = EXT2_SYNC_FL | EXT2_DIRSYNC_FL | EXT2_NOATIME_FL | EXT2_NODUMP_FL | EXT2_TOPDIR_FL;
     fs.set_flags(d, all, &ROOT_CAPS).unwrap();

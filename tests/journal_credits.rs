@@ -5,16 +5,13 @@
 //! and work bigger than that is split across handles rather than refused —
 //! checked on a 1024-block journal, the smallest mke2fs makes.
 
-mod common;
-
-use std::sync::Arc;
+use jbdfs_testkit as common;
 
 use common::*;
-use jbdfs::device::{FileDevice, OpenOptions};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::{Caller, SetAttr};
 use jbdfs::fs::xattr::SetMode;
-use jbdfs::fs::{DataMode, Filesystem, MountConfig};
+use jbdfs::fs::{DataMode, MountConfig};
 use jbdfs::mkfs::MkfsOptions;
 
 const ROOT: InodeNo = InodeNo(2);
@@ -30,15 +27,6 @@ fn tiny_journal_image() -> TempImage {
     jbdfs_image_with("credits", opts, 64 << 20)
 }
 
-fn mount(img: &TempImage, data: DataMode) -> Arc<Filesystem> {
-    let dev = FileDevice::open(&img.path, OpenOptions::default()).unwrap();
-    let cfg = MountConfig {
-        data,
-        ..Default::default()
-    };
-    Filesystem::mount(Arc::new(dev), &cfg).unwrap()
-}
-
 fn pattern(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| ((i / 1024) as u8).wrapping_mul(31) ^ (i as u8) ^ seed)
@@ -49,7 +37,13 @@ fn pattern(len: usize, seed: u8) -> Vec<u8> {
 fn a_write_bigger_than_a_transaction_is_split_across_handles() {
     for mode in [DataMode::Ordered, DataMode::Journal] {
         let img = tiny_journal_image();
-        let fs = mount(&img, mode);
+        let fs = mount_file_cfg(
+            &img.path,
+            &MountConfig {
+                data: mode,
+                ..Default::default()
+            },
+        );
         // 8 MiB in one call: in data=journal that is 8192 logged blocks
         // against a transaction limit of 256.
         let data = pattern(8 << 20, 7);
@@ -75,7 +69,13 @@ fn a_write_bigger_than_a_transaction_is_split_across_handles() {
         fs.unmount().unwrap();
         drop(fs);
         assert_e2fsck_clean(&img.path, "an image after writes larger than a transaction");
-        let fs = mount(&img, mode);
+        let fs = mount_file_cfg(
+            &img.path,
+            &MountConfig {
+                data: mode,
+                ..Default::default()
+            },
+        );
         let (ino, attr) = fs.lookup(ROOT, b"big").unwrap();
         assert_eq!(attr.i_size, 1 << 20);
         assert_eq!(fs.read(ino, 0, 1 << 20).unwrap(), &data[..1 << 20]);
@@ -86,7 +86,13 @@ fn a_write_bigger_than_a_transaction_is_split_across_handles() {
 #[test]
 fn many_small_operations_fill_transactions_without_overflowing_the_log() {
     let img = tiny_journal_image();
-    let fs = mount(&img, DataMode::Ordered);
+    let fs = mount_file_cfg(
+        &img.path,
+        &MountConfig {
+            data: DataMode::Ordered,
+            ..Default::default()
+        },
+    );
     for i in 0..600u32 {
         let name = format!("f{i}");
         let (f, _) = fs.mknod(ROOT, name.as_bytes(), 0o100644, 0, ME).unwrap();

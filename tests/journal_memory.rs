@@ -6,12 +6,11 @@
 //! on an in-process filesystem by the cache's own high-water mark, then by
 //! reading the data back and by e2fsck.
 
-mod common;
+use jbdfs_testkit as common;
 
 use std::sync::Arc;
 
 use common::*;
-use jbdfs::device::{FileDevice, OpenOptions};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::Caller;
 use jbdfs::fs::{DataMode, Filesystem, MountConfig};
@@ -23,13 +22,12 @@ const CACHE_SIZE: usize = 4 << 20;
 const FILE_MIB: usize = 24;
 
 fn mount(img: &TempImage) -> Arc<Filesystem> {
-    let dev = FileDevice::open(&img.path, OpenOptions::default()).unwrap();
     let cfg = MountConfig {
         data: DataMode::Journal,
         cache_size: CACHE_SIZE,
         ..Default::default()
     };
-    Filesystem::mount(Arc::new(dev), &cfg).unwrap()
+    mount_file_cfg(&img.path, &cfg)
 }
 
 fn pattern(len: usize, seed: u8) -> Vec<u8> {

@@ -6,7 +6,7 @@
 //! (commit, revoke, escape, wrap-around, idempotence); and no input may
 //! make recovery panic.
 
-mod common;
+use jbdfs_testkit as common;
 
 use std::ffi::OsStr;
 use std::io;
@@ -26,69 +26,9 @@ use jbdfs::util::Progress;
 const WRITE: RecoverOptions = RecoverOptions { write: true };
 const DRY: RecoverOptions = RecoverOptions { write: false };
 
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn bytes(&mut self, n: usize) -> Vec<u8> {
-        (0..n).map(|_| self.next() as u8).collect()
-    }
-}
-
 // ---------------------------------------------------------------------------
 // Journals written by Linux
 // ---------------------------------------------------------------------------
-
-/// An ext3 mount with chosen options, unmounted on drop.
-struct Mount {
-    dir: TempDir,
-    mounted: bool,
-}
-
-impl Mount {
-    fn new(image: &Path, options: &str) -> Mount {
-        let dir = TempDir::new("jrec-mnt");
-        let o = run(
-            "mount",
-            [
-                OsStr::new("-o"),
-                OsStr::new(options),
-                OsStr::new("-t"),
-                OsStr::new("ext3"),
-                image.as_os_str(),
-                dir.path.as_os_str(),
-            ],
-        );
-        assert!(o.success(), "mount failed:\n{}", o.describe());
-        Mount { dir, mounted: true }
-    }
-
-    fn path(&self) -> &Path {
-        &self.dir.path
-    }
-
-    fn umount(&mut self) {
-        run("umount", [self.dir.path.as_os_str()]).expect_ok();
-        self.mounted = false;
-    }
-}
-
-impl Drop for Mount {
-    fn drop(&mut self) {
-        if self.mounted {
-            let o = run("umount", [self.dir.path.as_os_str()]);
-            if !o.success() {
-                let _ = run("umount", [OsStr::new("-l"), self.dir.path.as_os_str()]);
-            }
-        }
-    }
-}
 
 fn sync() {
     run("sync", Vec::<&str>::new()).expect_ok();
@@ -98,7 +38,7 @@ fn sync() {
 /// blocks that begin with the JBD magic (escaped when data is journaled)
 /// and freed indirect blocks (revoked).
 fn linux_workload(root: &Path, block_size: usize) {
-    let mut rng = Rng(0x5eed_0001 + block_size as u64);
+    let mut rng = Rng::new(0x5eed_0001 + block_size as u64);
     let d = root.join("dir/sub");
     std::fs::create_dir_all(&d).unwrap();
     for i in 0..30usize {
@@ -150,20 +90,23 @@ fn image_left_by_linux(block_size: u32, options: &str, copies: [&TempImage; 2]) 
         ["-q", "-F", "-t", "ext3", "-b", &bs, img.path_str(), "64M"],
     )
     .expect_ok();
-    let mut m = Mount::new(&img.path, options);
+    let mut m = LoopMount::mount_with(&img.path, options)
+        .unwrap_or_else(|o| panic!("mount failed:\n{}", o.describe()));
     linux_workload(m.path(), block_size as usize);
     // Copy the copy: the mounted filesystem may still write between two
     // reads of the original.
     cp_sparse(&img.path, &copies[0].path);
     cp_sparse(&copies[0].path, &copies[1].path);
-    m.umount();
+    m.umount().expect_ok();
 }
 
 /// Mounts both images read-only and diffs their trees; also diffs
 /// `debugfs rdump` of both.
 fn compare_trees(a: &Path, b: &Path) {
-    let ma = Mount::new(a, "loop,ro");
-    let mb = Mount::new(b, "loop,ro");
+    let ma = LoopMount::mount_with(a, "loop,ro")
+        .unwrap_or_else(|o| panic!("mount failed:\n{}", o.describe()));
+    let mb = LoopMount::mount_with(b, "loop,ro")
+        .unwrap_or_else(|o| panic!("mount failed:\n{}", o.describe()));
     let o = run(
         "diff",
         [
@@ -249,10 +192,7 @@ fn differing_blocks(a: &Path, b: &Path, block_size: usize) -> Vec<u32> {
 }
 
 fn linux_case(block_size: u32, options: &str) {
-    if let Err(why) = loop_mounts_available() {
-        eprintln!("skipping the Linux journal test: {why}");
-        return;
-    }
+    jbdfs_testkit::require!(loop);
     let _guard = LOOP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let c1 = TempImage::new("jrec-e2fsck");
     let c2 = TempImage::new("jrec-ours");
@@ -762,7 +702,7 @@ fn bad_home_blocks_are_skipped_and_counted() {
 #[test]
 fn garbage_after_a_valid_transaction_only_ends_the_scan() {
     let dev = fresh_image();
-    let mut rng = Rng(42);
+    let mut rng = Rng::new(42);
     let mut log = LogBuilder::new(&dev, None, 7);
     log.tx(Tx::committed(vec![(home(0), pattern(1))], vec![]));
     let seq = log.seq;
@@ -940,7 +880,7 @@ fn random_damage_to_the_journal_never_panics() {
     busy_log(&dev);
     let targets = fuzz_targets(&dev);
     let pristine = dev.snapshot();
-    let mut rng = Rng(0xdead_beef_cafe_f00d);
+    let mut rng = Rng::new(0xdead_beef_cafe_f00d);
     let mut outcomes = [0u32; 2];
     for round in 0..3000 {
         let mut undo = Vec::new();
@@ -978,7 +918,7 @@ fn random_superblock_and_inode_damage_never_panics() {
     let table = u32::from_le_bytes(gd[8..12].try_into().unwrap());
     let inode8 = u64::from(table) * u64::from(BS) + 7 * u64::from(sb.inode_size());
     let ranges = [(1024u64, 1024u64), (2048, 32), (inode8, 128)];
-    let mut rng = Rng(7);
+    let mut rng = Rng::new(7);
     for _ in 0..2000 {
         let mut undo = Vec::new();
         for _ in 0..1 + rng.next() % 3 {

@@ -4,17 +4,14 @@
 //! (dir_index and resize_inode on) read back identically through jbdfs, and
 //! stay clean for e2fsck after jbdfs changes their large directories.
 
-mod common;
+use jbdfs_testkit as common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::Arc;
 
 use common::*;
-use jbdfs::device::{FileDevice, OpenOptions};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::Caller;
-use jbdfs::fs::{Filesystem, MountConfig};
 
 const ROOT: InodeNo = InodeNo(2);
 const ME: Caller = Caller { uid: 0, gid: 0 };
@@ -39,17 +36,9 @@ fn linux_tree(image: &Path, files: usize) -> BTreeMap<String, Vec<u8>> {
     expect
 }
 
-fn mount(image: &Path) -> Arc<Filesystem> {
-    let dev = FileDevice::open(image, OpenOptions::default()).unwrap();
-    Filesystem::mount(Arc::new(dev), &MountConfig::default()).unwrap()
-}
-
 #[test]
 fn htree_directory_from_linux_reads_back_and_stays_clean() {
-    if let Err(why) = loop_mounts_available() {
-        eprintln!("skipping: {why}");
-        return;
-    }
+    jbdfs_testkit::require!(loop);
     for bs in ["1024", "4096"] {
         let img = TempImage::sparse("linux-htree", 64 << 20);
         run(
@@ -65,7 +54,7 @@ fn htree_directory_from_linux_reads_back_and_stays_clean() {
             htree.describe()
         );
 
-        let fs = mount(&img.path);
+        let fs = mount_file(&img.path);
         let (big, _) = fs.lookup(ROOT, b"big").unwrap();
         let listed = fs.readdir(big, 0, usize::MAX).unwrap();
         assert_eq!(listed.len(), expect.len() + 2, "readdir sees every name");

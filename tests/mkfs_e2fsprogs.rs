@@ -5,7 +5,7 @@
 //! features and mke2fs's geometry in `dumpe2fs`, mount as ext3 in the
 //! kernel and survive use there.
 
-mod common;
+use jbdfs_testkit as common;
 
 use std::ffi::OsStr;
 use std::io::{Read, Write};
@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::*;
 use jbdfs::mkfs::{make_filesystem, MkfsOptions, Request};
+use jbdfs_testkit::require::Need;
 
 const MIB: u64 = 1 << 20;
 const GIB: u64 = 1 << 30;
@@ -222,16 +223,13 @@ fn available_bytes(dir: &Path) -> Option<u64> {
 #[test]
 fn one_tebibyte_sparse_image_is_quick_and_small() {
     let dir = std::env::temp_dir();
-    match available_bytes(&dir) {
-        Some(n) if n >= 2 * GIB => {}
-        other => {
-            eprintln!(
-                "skipping one_tebibyte_sparse_image_is_quick_and_small: {} has {other:?} bytes free, need 2 GiB",
-                dir.display()
-            );
-            return;
-        }
-    }
+    let free = available_bytes(&dir);
+    jbdfs_testkit::require!(
+        (Need::That(
+            free.is_some_and(|n| n >= 2 * GIB),
+            format!("{} has {free:?} bytes free, need 2 GiB", dir.display())
+        ))
+    );
     let img = TempImage::new_in(&dir, "1tib");
     let start = Instant::now();
     let summary = make_filesystem(&img.path, &request(1 << 40, MkfsOptions::default()))
@@ -277,10 +275,7 @@ const PATTERN_LEN: usize = 3 * (1 << 20) + 12345;
 
 fn loop_mount_case(bs: u32, isz: u16) {
     let name = format!("loop_mount_b{bs}_i{isz}");
-    if let Err(reason) = loop_mounts_available() {
-        eprintln!("skipping {name}: {reason}");
-        return;
-    }
+    jbdfs_testkit::require!(loop);
     let _serial = LOOP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
     let img = make(&format!("loop{bs}-{isz}"), 100 * MIB, opts(bs, isz));
     let data = pattern(PATTERN_LEN);

@@ -8,7 +8,7 @@
 //! corrupted orphan list after concurrent deletes: a neighbour's dtime was
 //! patched after the neighbour itself had been deleted.)
 
-mod common;
+use jbdfs_testkit as common;
 
 use std::sync::Arc;
 

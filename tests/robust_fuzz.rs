@@ -6,7 +6,7 @@
 //! `write_seed_corpus` regenerates fuzz/seeds/ from images made by jbdfs's
 //! mkfs and by mke2fs (fuzz/README.md).
 
-mod common;
+use jbdfs_testkit as common;
 #[path = "robust_common/harness.rs"]
 mod harness;
 #[path = "robust_common/walk.rs"]
@@ -93,29 +93,22 @@ fn write_seed(target: &str, name: &str, data: &[u8]) {
 }
 
 fn mke2fs_image() -> Option<Vec<u8>> {
-    let img = common::TempImage::sparse("seed-mke2fs", walk::SPARSE_DEVICE as u64);
-    let out = common::run(
-        "mke2fs",
-        [
-            "-q",
-            "-F",
-            "-t",
-            "ext3",
-            "-b",
-            "1024",
-            "-J",
-            "size=1",
-            img.path_str(),
-        ],
-    );
-    out.success().then(|| std::fs::read(&img.path).unwrap())
+    if !jbdfs_testkit::available!("the mke2fs seed"; "mke2fs") {
+        return None;
+    }
+    let img = common::mke2fs_image(
+        "seed-mke2fs",
+        walk::SPARSE_DEVICE as u64,
+        &["-b", "1024", "-J", "size=1"],
+    )
+    .unwrap_or_else(|o| panic!("{}", o.describe()));
+    Some(std::fs::read(&img.path).unwrap())
 }
 
 /// An mke2fs image in which Linux made an htree directory (300 entries)
 /// and a few files; None without loop mounts.
 fn linux_htree_image() -> Option<Vec<u8>> {
-    if let Err(why) = common::loop_mounts_available() {
-        eprintln!("no Linux-made seed: {why}");
+    if !jbdfs_testkit::available!("the Linux-made seed"; loop) {
         return None;
     }
     let raw = mke2fs_image()?;

@@ -5,13 +5,13 @@
 //! journal (data=journal and ordered), ENOSPC in the middle of a
 //! multi-block write, and inode exhaustion. Each ends with e2fsck -fn.
 
-mod common;
-mod robust_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit as robust_common;
 
 use std::sync::Arc;
 
 use jbdfs::device::MemoryDevice;
-use jbdfs::fs::{DataMode, Filesystem, MountConfig};
+use jbdfs::fs::DataMode;
 use jbdfs::mkfs::MkfsOptions;
 use robust_common::*;
 
@@ -32,24 +32,10 @@ fn image(
     )
 }
 
-fn mount_with(mem: &Arc<MemoryDevice>, data: DataMode) -> Arc<Filesystem> {
-    let dev: Arc<dyn jbdfs::device::BlockDevice> = mem.clone();
-    let cfg = MountConfig {
-        data,
-        ..Default::default()
-    };
-    Filesystem::mount(dev, &cfg).unwrap()
-}
-
 fn journal_blocks(mem: &MemoryDevice) -> u64 {
     let img = to_file(&mem.snapshot(), "limits-journal");
     let h = common::dumpe2fs_header(&img.path);
     h.journal_bytes() / h.num("Block size")
-}
-
-fn assert_clean(mem: &MemoryDevice, what: &str) {
-    let img = to_file(&mem.snapshot(), "limits");
-    common::assert_e2fsck_clean(&img.path, what);
 }
 
 /// File i's content in the journal-filling workload.
@@ -65,7 +51,7 @@ fn a_tiny_journal_filled_many_times() {
     for (bs, mib) in [(1024u32, 1u64), (4096, 4)] {
         let mem = image(64 << 20, bs, Some(mib), None);
         assert_eq!(journal_blocks(&mem), 1024, "block size {bs}");
-        let fs = mount_with(&mem, DataMode::Ordered);
+        let fs = mount_mem_data(&mem, DataMode::Ordered);
         let (d, _) = fs.mkdir(ROOT, b"many", 0o755, ME).unwrap();
         for i in 0..3000u32 {
             let f = make_file(&fs, d, &format!("f{i}"), &content(i));
@@ -79,7 +65,7 @@ fn a_tiny_journal_filled_many_times() {
         let stats = fs.journal_stats();
         let crash = mem.snapshot();
         fs.unmount().unwrap();
-        assert_clean(&mem, &format!("a 1024-block journal, {bs}-byte blocks"));
+        assert_mem_clean(&mem, &format!("a 1024-block journal, {bs}-byte blocks"));
         // The crash copy: replayed by jbdfs, then clean.
         let again = Arc::new(MemoryDevice::from_vec(crash));
         let fs = mount_mem(&again);
@@ -87,7 +73,7 @@ fn a_tiny_journal_filled_many_times() {
         let (f, _) = fs.lookup(d, b"f2500").unwrap();
         assert_eq!(read_all(&fs, f), content(2500), "{stats}");
         fs.unmount().unwrap();
-        assert_clean(&again, "the crash copy after jbdfs's replay");
+        assert_mem_clean(&again, "the crash copy after jbdfs's replay");
     }
 }
 
@@ -96,14 +82,14 @@ fn a_tiny_journal_filled_many_times() {
 #[test]
 fn a_data_journal_write_bigger_than_the_journal_is_split() {
     let mem = image(32 << 20, 1024, Some(1), None);
-    let fs = mount_with(&mem, DataMode::Journal);
+    let fs = mount_mem_data(&mem, DataMode::Journal);
     let data = pattern(8 << 20, 77);
     let (f, _) = fs.mknod(ROOT, b"huge", 0o100644, 0, ME).unwrap();
     assert_eq!(fs.write(f, 0, &data, true).unwrap(), data.len());
     fs.fsync(f, false).unwrap();
     assert!(read_all(&fs, f) == data);
     fs.unmount().unwrap();
-    assert_clean(&mem, "an 8 MiB data=journal write through a 1 MiB journal");
+    assert_mem_clean(&mem, "an 8 MiB data=journal write through a 1 MiB journal");
     let fs = mount_mem(&mem);
     let (f, _) = fs.lookup(ROOT, b"huge").unwrap();
     assert!(read_all(&fs, f) == data);
@@ -116,7 +102,7 @@ fn a_data_journal_write_bigger_than_the_journal_is_split() {
 #[test]
 fn an_ordered_write_whose_metadata_outgrows_the_journal() {
     let mem = image(400 << 20, 1024, Some(1), None);
-    let fs = mount_with(&mem, DataMode::Ordered);
+    let fs = mount_mem_data(&mem, DataMode::Ordered);
     let data = pattern(300 << 20, 5);
     let (f, _) = fs.mknod(ROOT, b"huge", 0o100644, 0, ME).unwrap();
     assert_eq!(fs.write(f, 0, &data, true).unwrap(), data.len());
@@ -125,7 +111,7 @@ fn an_ordered_write_whose_metadata_outgrows_the_journal() {
     fs.fsync(more, false).unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    assert_clean(&mem, "a 300 MiB ordered write through a 1 MiB journal");
+    assert_mem_clean(&mem, "a 300 MiB ordered write through a 1 MiB journal");
     let fs = mount_mem(&mem);
     let (f, _) = fs.lookup(ROOT, b"huge").unwrap();
     assert!(fs.read(f, (300 << 20) - 4096, 4096).unwrap() == data[(300 << 20) - 4096..]);
@@ -136,7 +122,7 @@ fn an_ordered_write_whose_metadata_outgrows_the_journal() {
     fs.fsync(g, false).unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    assert_clean(&mem, "after freeing 300 MiB and a 200 MiB fallocate");
+    assert_mem_clean(&mem, "after freeing 300 MiB and a 200 MiB fallocate");
 }
 
 /// ENOSPC in the middle of a multi-block write: the write is short (or
@@ -154,7 +140,7 @@ fn enospc_in_the_middle_of_a_data_journal_write_leaks_nothing() {
 
 fn enospc_mid_write(data: DataMode) {
     let mem = image(8 << 20, 1024, None, None);
-    let fs = mount_with(&mem, data);
+    let fs = mount_mem_data(&mem, data);
     let before = fs.statfs().unwrap();
     let big = pattern(before.free_blocks as usize * 1024 + (1 << 20), 3);
     let (f, _) = fs.mknod(ROOT, b"filler", 0o100644, 0, ME).unwrap();
@@ -176,14 +162,14 @@ fn enospc_mid_write(data: DataMode) {
     assert_eq!(full.free_blocks, 0, "{full:?}");
     fs.unmount().unwrap();
     drop(fs);
-    assert_clean(&mem, "a filesystem filled by a short write");
-    let fs = mount_with(&mem, data);
+    assert_mem_clean(&mem, "a filesystem filled by a short write");
+    let fs = mount_mem_data(&mem, data);
     fs.unlink(ROOT, b"filler").unwrap();
     let after = fs.statfs().unwrap();
     assert_eq!(after.free_blocks, before.free_blocks, "blocks leaked");
     assert_eq!(after.free_inodes, before.free_inodes, "inodes leaked");
     fs.unmount().unwrap();
-    assert_clean(&mem, "after deleting the filler");
+    assert_mem_clean(&mem, "after deleting the filler");
 }
 
 /// Inode exhaustion: create gets ENOSPC (as do mkdir and symlink), the
@@ -213,7 +199,7 @@ fn inode_exhaustion_gives_enospc() {
     fs.mknod(ROOT, b"one-more", 0o100644, 0, ME).unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    assert_clean(&mem, "a filesystem out of inodes");
+    assert_mem_clean(&mem, "a filesystem out of inodes");
 }
 
 /// data=journal: a file bigger than 250 MiB with 1 KiB blocks was logged
@@ -223,7 +209,7 @@ fn inode_exhaustion_gives_enospc() {
 #[test]
 fn a_data_journal_delete_bigger_than_the_journal() {
     let mem = image(300 << 20, 1024, Some(1), None);
-    let fs = mount_with(&mem, DataMode::Journal);
+    let fs = mount_mem_data(&mem, DataMode::Journal);
     let (f, _) = fs.mknod(ROOT, b"huge", 0o100644, 0, ME).unwrap();
     let chunk = pattern(1 << 20, 9);
     for i in 0..260u64 {
@@ -235,7 +221,7 @@ fn a_data_journal_delete_bigger_than_the_journal() {
     fs.fsync(g, false).unwrap();
     fs.unmount().unwrap();
     drop(fs);
-    assert_clean(
+    assert_mem_clean(
         &mem,
         "a 260 MiB data=journal file deleted through a 1 MiB journal",
     );

@@ -7,7 +7,6 @@
 mod check;
 mod exec;
 mod model;
-mod rng;
 mod states;
 mod workload;
 

@@ -91,7 +91,7 @@ impl Op {
 pub(crate) fn pattern(seed: u64, off: u64, len: u32) -> Vec<u8> {
     (0..len as u64)
         .map(|i| {
-            let x = crate::rng::mix(seed ^ (off + i).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+            let x = jbdfs::util::rng::mix(seed ^ (off + i).wrapping_mul(0x9e37_79b9_7f4a_7c15));
             // Never zero, so a hole or a lost block cannot look written.
             (x as u8) | 1
         })

@@ -5,7 +5,7 @@
 
 use jbdfs::device::Event;
 
-use crate::rng::Rng;
+use jbdfs::util::rng::Rng;
 
 /// How many states to make.
 #[derive(Clone, Copy, Debug)]

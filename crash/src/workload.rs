@@ -3,7 +3,7 @@
 //! that the same list can be rebuilt from a log's description to check it.
 
 use crate::model::{Model, Op};
-use crate::rng::Rng;
+use jbdfs::util::rng::Rng;
 
 /// The workloads, by the names the command line and the logs use.
 pub(crate) const WORKLOADS: &[&str] = &[

@@ -16,43 +16,27 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::time::Duration;
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use common::{run, LoopMount, Out};
 use daemon_common::Daemon;
+use jbdfs_testkit::require::Need;
 
 /// One test at a time: each mounts the daemon and a loop device.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// Why these tests cannot run here, if they cannot.
-fn missing() -> Option<String> {
-    if let Some(why) = daemon_common::cannot_fuse() {
-        return Some(why);
-    }
-    if let Err(why) = common::loop_mounts_available() {
-        return Some(why);
-    }
-    for tool in ["setfacl", "getfacl", "setpriv"] {
-        if run(tool, ["--version"]).code.is_none() {
-            return Some(format!("no {tool} (package acl or util-linux)"));
-        }
-    }
-    None
+/// Whether these tests can run here: FUSE, loop mounts and the ACL tools
+/// (packages acl and util-linux).
+fn ready(_test: &str) -> bool {
+    jbdfs_testkit::require::met(&[
+        Need::Fuse,
+        Need::Loop,
+        Need::Tool("setfacl"),
+        Need::Tool("getfacl"),
+        Need::Tool("setpriv"),
+    ])
 }
-
-fn ready(test: &str) -> bool {
-    let Some(why) = missing() else {
-        return true;
-    };
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: CI is set but the ACL tests cannot run: {why}");
-    }
-    eprintln!("\n!!!!!!!! SKIP {test}: {why} (scripts/deps.sh installs what is missing)\n");
-    false
-}
-
 /// A fresh jbdfs image (mkfs sets the `acl` default mount option, as
 /// mke2fs does) and a directory for the mount point.
 fn image(tag: &str) -> (common::TempImage, common::TempDir) {

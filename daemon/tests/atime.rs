@@ -9,11 +9,10 @@ use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
-use daemon_common::{can_mount, Daemon};
+use daemon_common::Daemon;
 
 fn atime(p: &Path) -> (i64, i64) {
     use std::os::unix::fs::MetadataExt;
@@ -115,17 +114,9 @@ fn linux_sequence(image: &Path, opts: &str) -> Vec<(&'static str, bool)> {
 
 #[test]
 fn atime_moves_as_linux_moves_it_under_each_mount_option() {
-    let test = "atime_moves_as_linux_moves_it_under_each_mount_option";
-    if !can_mount(test) {
-        return;
-    }
-    let linux = common::loop_mounts_available().is_ok();
-    if !linux {
-        if std::env::var_os("CI").is_some() {
-            panic!("{test}: CI is set but loop mounts are not available");
-        }
-        eprintln!("{test}: no loop mounts; checking jbdfs against the expected table only");
-    }
+    jbdfs_testkit::require!(fuse);
+    // Without loop mounts: jbdfs against the expected table only.
+    let linux = jbdfs_testkit::available!("Linux's side"; loop);
     let expect_relatime = [true, false, true, false, true, false, false, true];
     for (opts, expected) in [
         ("relatime", expect_relatime),

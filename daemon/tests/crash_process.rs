@@ -9,11 +9,9 @@
 //! - every flush prefix of the recorded log, replayed, holds every file
 //!   whose mark precedes the next flush, and e2fsck finds it clean.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-#[path = "../../tests/crash_common/mod.rs"]
-mod crash_common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::crash as crash_common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use std::io::Write;
 use std::path::Path;
@@ -233,10 +231,7 @@ fn last_orphan(image: &Path) -> u32 {
 
 #[test]
 fn kill_9_mid_workload_in_every_data_mode() {
-    if !is_root() || !Path::new("/dev/fuse").exists() {
-        eprintln!("skipping: needs root and /dev/fuse");
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let _turn = daemon_common::transport().turn();
     for mode in ["ordered", "writeback", "journal"] {
         let img = TempImage::new("proc-crash");

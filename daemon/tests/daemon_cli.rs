@@ -7,11 +7,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::Duration;
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
-use daemon_common::{can_mount, transport, Daemon, TestTransport};
+use daemon_common::{transport, Daemon, TestTransport};
 
 fn jbdfs(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_jbdfs"))
@@ -202,6 +201,7 @@ fn options_are_quiet_without_debug() {
 
 #[test]
 fn ext4_images_are_refused_naming_the_features() {
+    jbdfs_testkit::require!("mke2fs");
     let fx = Fixture::new("ext4");
     let img = fx.image();
     std::fs::write(&img, []).unwrap();
@@ -210,10 +210,10 @@ fn ext4_images_are_refused_naming_the_features() {
     let made = Command::new("mke2fs")
         .args(["-q", "-F", "-t", "ext4", &img])
         .status();
-    if !made.map(|s| s.success()).unwrap_or(false) {
-        eprintln!("skipping: mke2fs -t ext4 is not available");
-        return;
-    }
+    assert!(
+        made.map(|s| s.success()).unwrap_or(false),
+        "mke2fs -t ext4 failed"
+    );
     let out = jbdfs(&["-f", &img, &fx.mnt()]);
     let err = stderr(&out);
     assert_eq!(out.status.code(), Some(1), "{err}");
@@ -266,10 +266,7 @@ fn transport_line(stats: &Path) -> String {
 /// with no fallback warning; otherwise `transport: /dev/fuse, 8 workers`.
 #[test]
 fn the_stats_file_names_the_transport_that_served() {
-    let test = "the_stats_file_names_the_transport_that_served";
-    if !can_mount(test) {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let t = transport();
     let (img, dir) = image_and_dir("cli-transport");
     let mnt = dir.path.join("mnt");
@@ -309,25 +306,26 @@ fn the_stats_file_names_the_transport_that_served() {
 #[test]
 fn io_uring_with_enable_uring_off_warns_once_and_serves_over_dev_fuse() {
     let test = "io_uring_with_enable_uring_off_warns_once_and_serves_over_dev_fuse";
-    if !can_mount(test) {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     // Decided before the switch is locked: transport() reads it under a
     // shared lock, which would wait for ours.
     let run = transport();
     if daemon_common::uring_switch().as_deref() == Some("Y") && run != TestTransport::IoUring {
-        eprintln!(
-            "SKIP {test}: {} is on, and only the io_uring pass turns it off \
-             (JBDFS_TEST_TRANSPORT=io_uring)",
-            daemon_common::ENABLE_URING
+        // Not a missing facility: this pass is not the one that runs it.
+        jbdfs_testkit::require::not_this_pass(
+            test,
+            &format!(
+                "{} is on, and only the io_uring pass turns it off \
+                 (JBDFS_TEST_TRANSPORT=io_uring)",
+                daemon_common::ENABLE_URING
+            ),
         );
         return;
     }
     let off = match daemon_common::uring_switched_off() {
         Ok(off) => off,
-        Err(why) if std::env::var_os("CI").is_some() => panic!("{test}: {why}"),
         Err(why) => {
-            eprintln!("SKIP {test}: {why}");
+            jbdfs_testkit::require::skip(test, None, &why);
             return;
         }
     };
@@ -396,10 +394,7 @@ fn exercise_again(mnt: &Path) {
 /// without a warning either way.
 #[test]
 fn the_default_transport_follows_enable_uring() {
-    let test = "the_default_transport_follows_enable_uring";
-    if !can_mount(test) {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     // The switch stays as it is while mounted.
     let _turn = daemon_common::switch_turn();
     let on = daemon_common::uring_switch().as_deref() == Some("Y");

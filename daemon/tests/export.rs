@@ -12,9 +12,8 @@
 //! Needs root (drop_caches, open_by_handle_at's CAP_DAC_READ_SEARCH) and
 //! /dev/fuse.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use std::ffi::CString;
 use std::fs::File;
@@ -25,8 +24,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
+use common::image_4k;
 use common::{assert_e2fsck_clean, TempDir};
-use daemon_common::{can_mount, image_4k, Daemon};
+use daemon_common::Daemon;
 
 /// `struct file_handle` with room for any handle (MAX_HANDLE_SZ).
 #[repr(C)]
@@ -99,9 +99,7 @@ fn assert_estale(what: &str, res: std::io::Result<File>) {
 
 #[test]
 fn handles_survive_dropped_caches_and_go_stale_when_deleted() {
-    if !can_mount("handles_survive_dropped_caches_and_go_stale_when_deleted") {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let img = image_4k("export", 64 << 20);
     let dir = TempDir::new("export");
     let d = Daemon::start(&img.path, &dir.path, "", Duration::from_secs(20)).expect("mount");

@@ -12,16 +12,15 @@
 //! Needs root, /dev/fuse and util-linux's fallocate and setpriv: skipped
 //! with a message without them, except under CI.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::time::Duration;
 
 use common::{run, Out, TempDir, TempImage};
-use daemon_common::{can_mount, Daemon};
+use daemon_common::Daemon;
 
 /// A 64 MiB image made by mke2fs, so that punching also meets a layout
 /// jbdfs's own mkfs did not choose.
@@ -55,9 +54,7 @@ fn mode_of(file: &Path) -> u32 {
 
 #[test]
 fn punch_hole_through_the_kernel() {
-    if !can_mount("punch_hole_through_the_kernel") {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     for bs in [1024u32, 4096] {
         let img = fresh_image(bs);
         let dir = TempDir::new("falloc-mnt");
@@ -95,9 +92,7 @@ fn punch_hole_through_the_kernel() {
 
 #[test]
 fn unprivileged_fallocate_and_punch_clear_setuid_and_setgid() {
-    if !can_mount("unprivileged_fallocate_and_punch_clear_setuid_and_setgid") {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let img = fresh_image(4096);
     let dir = TempDir::new("falloc-mnt");
     let d =

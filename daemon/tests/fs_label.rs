@@ -9,16 +9,16 @@
 //!
 //! Needs root, /dev/fuse and e2fsprogs.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
 use std::time::Duration;
 
+use common::image_4k;
 use common::{assert_e2fsck_clean, dumpe2fs_header, run, TempDir};
-use daemon_common::{can_mount, image_4k, Daemon};
+use daemon_common::Daemon;
 
 const FS_IOC_GETFSLABEL: u32 = 0x8100_9431;
 const FS_IOC_SETFSLABEL: u32 = 0x4100_9432;
@@ -60,9 +60,7 @@ fn e2label(img: &std::path::Path) -> String {
 
 #[test]
 fn label_ioctls_agree_with_e2label_and_are_journaled() {
-    if !can_mount("label_ioctls_agree_with_e2label_and_are_journaled") {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let img = image_4k("label", 64 << 20);
     let dir = TempDir::new("label");
     run("e2label", [img.path_str(), "from-e2label"]).expect_ok();

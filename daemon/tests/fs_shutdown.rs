@@ -11,9 +11,8 @@
 //! Needs root and /dev/fuse; the unprivileged case also needs setpriv
 //! (skipped with a message without it, except under CI).
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use std::fs::{File, OpenOptions};
 use std::io::{ErrorKind, Write};
@@ -21,8 +20,9 @@ use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::time::Duration;
 
+use common::image_4k;
 use common::{assert_e2fsck_clean, dumpe2fs_header, run, TempDir, TempImage};
-use daemon_common::{can_mount, image_4k, Daemon};
+use daemon_common::Daemon;
 
 /// `_IOR('X', 125, __u32)` and its flags (fs/ext4/ext4.h).
 const EXT4_IOC_SHUTDOWN: u32 = 0x8004_587d;
@@ -139,25 +139,19 @@ fn nix_statfs(p: &Path) -> std::io::Result<()> {
 
 #[test]
 fn shutdown_default_keeps_everything() {
-    if !can_mount("shutdown_default_keeps_everything") {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     assert!(shutdown_with(GOING_DEFAULT, "shutdown-default"));
 }
 
 #[test]
 fn shutdown_logflush_keeps_the_running_transaction() {
-    if !can_mount("shutdown_logflush_keeps_the_running_transaction") {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     assert!(shutdown_with(GOING_LOGFLUSH, "shutdown-logflush"));
 }
 
 #[test]
 fn shutdown_nologflush_keeps_only_what_committed() {
-    if !can_mount("shutdown_nologflush_keeps_only_what_committed") {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     assert!(!shutdown_with(GOING_NOLOGFLUSH, "shutdown-nologflush"));
 }
 
@@ -182,9 +176,7 @@ fn shutdown_child() {
 /// CAP_SYS_ADMIN is refused with EPERM and changes nothing.
 #[test]
 fn shutdown_refusals() {
-    if !can_mount("shutdown_refusals") {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let img = fresh_image("shutdown-refused");
     let dir = TempDir::new("shutdown-refused");
     let d = mount(&img, &dir);
@@ -195,7 +187,7 @@ fn shutdown_refusals() {
     // A caller without CAP_SYS_ADMIN: this test binary again, under
     // setpriv, running only `shutdown_child` (xfs_io would do, but it
     // stats every mount point first and hangs on any stuck FUSE mount).
-    if run("sh", ["-c", "command -v setpriv"]).success() {
+    if jbdfs_testkit::available!("a caller without CAP_SYS_ADMIN"; "setpriv") {
         let out = std::process::Command::new("setpriv")
             .args(["--inh-caps=-sys_admin", "--bounding-set=-sys_admin"])
             .arg(std::env::current_exe().unwrap())

@@ -10,9 +10,8 @@
 //! Needs root and /dev/fuse; the fstrim cases need util-linux's fstrim and
 //! setpriv (skipped with a message without them, except under CI).
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use std::fs::File;
 use std::io::Write;
@@ -21,8 +20,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 use std::time::Duration;
 
+use common::image_4k;
 use common::{assert_e2fsck_clean, run, TempDir};
-use daemon_common::{can_mount, image_4k, Daemon};
+use daemon_common::Daemon;
 
 /// `_IOWR('X', 121, struct fstrim_range)`.
 const FITRIM: u32 = 0xc018_5879;
@@ -100,15 +100,9 @@ fn delete_and_commit(m: &Path, prefix: &str, n: u32, bytes: u64, keep: &str) {
     File::open(m.join(keep)).unwrap().sync_all().unwrap();
 }
 
-fn tool(name: &str) -> bool {
-    run("sh", ["-c", &format!("command -v {name}")]).success()
-}
-
 #[test]
 fn fitrim_gives_free_blocks_back_to_the_image_file() {
-    if !can_mount("fitrim_gives_free_blocks_back_to_the_image_file") {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let img = image_4k("trim", 128 << 20);
     let dir = TempDir::new("trim");
     let m = &dir.path;
@@ -154,7 +148,7 @@ fn fitrim_gives_free_blocks_back_to_the_image_file() {
     // fstrim(8), privileged and not.
     write_files(m, "again", 2, 4 * MIB);
     delete_and_commit(m, "again", 2, 8 * MIB as u64, "keep1");
-    if tool("fstrim") && tool("setpriv") {
+    if jbdfs_testkit::available!("fstrim(8) as root and unprivileged"; "fstrim", "setpriv") {
         let mp = m.to_str().unwrap();
         let refused = run(
             "setpriv",

@@ -14,22 +14,24 @@ use jbdfs::fs::MountConfig;
 use jbdfs::mkfs::{make_filesystem, MkfsOptions, Request};
 use jbdfs_daemon::daemon::{is_mounted, serve, DaemonConfig};
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use daemon_common::{transport, SwitchTurn};
 use jbdfs_daemon::fuse::Transport;
 
-fn can_fuse() -> Option<String> {
-    if !Path::new("/dev/fuse").exists() {
-        return Some("no /dev/fuse".into());
+// The kit's copy of the daemon's io_uring depth (for stats lines) is right.
+const _: () =
+    assert!(jbdfs_testkit::daemon::URING_DEPTH == jbdfs_daemon::fuse::uring::DEFAULT_DEPTH);
+
+/// The in-process transport value of this run's [`transport`].
+fn run_transport() -> Transport {
+    match transport() {
+        daemon_common::TestTransport::DevFuse => Transport::DevFuse,
+        daemon_common::TestTransport::IoUring => Transport::IoUring {
+            depth: jbdfs_daemon::fuse::uring::DEFAULT_DEPTH,
+        },
     }
-    // SAFETY: geteuid has no preconditions and touches no memory.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root".into());
-    }
-    None
 }
 
 struct Mounted {
@@ -100,7 +102,7 @@ impl Mounted {
             threads: 8,
             direct_io: false,
             fuse_direct_io: false,
-            transport: transport().transport(),
+            transport: run_transport(),
             allow_other: false,
             generic: Vec::new(),
             stats: None,
@@ -182,10 +184,7 @@ fn e2fsck_clean(image: &Path) {
 
 #[test]
 fn posix_basics_through_the_kernel() {
-    if let Some(why) = can_fuse() {
-        eprintln!("skipping FUSE test: {why}");
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let mut m = Mounted::new(128 << 20, 4096);
     let d = &m.dir;
     let data: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
@@ -231,10 +230,7 @@ fn posix_basics_through_the_kernel() {
 /// statfs, and e2fsck clean afterwards.
 #[test]
 fn sixty_four_kib_blocks_through_the_kernel() {
-    if let Some(why) = can_fuse() {
-        eprintln!("skipping FUSE test: {why}");
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let mut m = Mounted::new(256 << 20, 65536);
     let d = &m.dir;
     let data: Vec<u8> = (0..5_000_000u32).map(|i| (i % 251) as u8).collect();
@@ -323,29 +319,15 @@ fn files_reopened_keep_what_was_written(d: &Path) {
 
 #[test]
 fn serves_a_block_device_and_read_only_mounts() {
-    if let Some(why) = can_fuse() {
-        eprintln!("skipping FUSE test: {why}");
-        return;
-    }
+    jbdfs_testkit::require!(fuse, loop);
     let m = Mounted::image_only(64 << 20, 1024);
-    let out = Command::new("losetup")
-        .args(["-f", "--show"])
-        .arg(&m.image)
-        .output()
-        .unwrap();
-    if !out.status.success() {
-        eprintln!(
-            "skipping block device half: losetup failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        return;
-    }
-    let loopdev = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim().to_string());
+    let loopdev =
+        common::LoopDevice::attach(&m.image).unwrap_or_else(|o| panic!("{}", o.describe()));
     let image = m.image.clone();
-    let mut m = m.serve(&loopdev, false);
+    let mut m = m.serve(&loopdev.path, false);
     std::fs::write(m.dir.join("on-a-device"), b"block device data").unwrap();
     m.unmount();
-    let _ = Command::new("losetup").arg("-d").arg(&loopdev).status();
+    drop(loopdev);
     e2fsck_clean(&image);
 
     // Read-only: the data is there, and writes are refused with EROFS.
@@ -377,10 +359,7 @@ fn cached_bytes(path: &Path) -> u64 {
 /// while a shared mmap write still reaches the file.
 #[test]
 fn copy_file_range_and_direct_io_through_the_kernel() {
-    if let Some(why) = can_fuse() {
-        eprintln!("skipping FUSE test: {why}");
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i % 253) as u8).collect();
     let mut m = Mounted::new(64 << 20, 4096);
     std::fs::write(m.dir.join("src"), &data).unwrap();
@@ -455,10 +434,7 @@ fn requested_commits(stats: &Path) -> u64 {
 #[test]
 fn o_sync_and_o_dsync_writes_each_commit() {
     use std::os::unix::fs::OpenOptionsExt;
-    if let Some(why) = can_fuse() {
-        eprintln!("skipping FUSE test: {why}");
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let m = Mounted::image_only(64 << 20, 4096);
     let image = m.image.clone();
     let stats = image.with_extension("stats");
@@ -494,10 +470,7 @@ fn o_sync_and_o_dsync_writes_each_commit() {
 /// error other than the expected races, and e2fsck clean afterwards.
 #[test]
 fn sixteen_threads_for_a_minute() {
-    if let Some(why) = can_fuse() {
-        eprintln!("skipping FUSE test: {why}");
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let secs: u64 = std::env::var("JBDFS_STRESS_SECS")
         .ok()
         .and_then(|s| s.parse().ok())
@@ -556,10 +529,7 @@ fn sixteen_threads_for_a_minute() {
 /// after a remount, and e2fsck finds the image clean.
 #[test]
 fn fsyncs_on_a_slow_device_share_commits_with_one_worker() {
-    if let Some(why) = can_fuse() {
-        eprintln!("skipping FUSE test: {why}");
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let m = Mounted::image_only(256 << 20, 4096);
     let image = m.image.clone();
     let stats = image.with_extension("stats");
@@ -649,12 +619,7 @@ fn snapshot(root: &Path) -> std::collections::BTreeMap<String, String> {
 }
 
 fn which(cmd: &str) -> bool {
-    Command::new("sh")
-        .arg("-c")
-        .arg(format!("command -v {cmd}"))
-        .output()
-        .map(|o| o.status.success())
-        .unwrap_or(false)
+    common::tool(cmd).is_some()
 }
 
 fn sh(cmd: &str) {
@@ -667,19 +632,7 @@ fn sh(cmd: &str) {
 /// targets, xattrs and contents.
 #[test]
 fn linux_sees_the_tree_jbdfs_wrote() {
-    if let Some(why) = can_fuse() {
-        eprintln!("skipping FUSE test: {why}");
-        return;
-    }
-    if Command::new("losetup")
-        .arg("-f")
-        .output()
-        .map(|o| !o.status.success())
-        .unwrap_or(true)
-    {
-        eprintln!("skipping: no loop devices");
-        return;
-    }
+    jbdfs_testkit::require!(fuse, loop, "getfattr", "setfattr");
     let mut m = Mounted::new(1 << 30, 4096);
     let d = m.dir.clone();
     let big: Vec<u8> = (0..6_500_000u32).map(|i| (i * 13 % 256) as u8).collect();

@@ -10,11 +10,9 @@
 //! Needs root and /dev/fuse: skipped with a loud SKIP line otherwise, and
 //! failed instead when CI is set, so that CI cannot pass by skipping.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
-use std::ffi::OsStr;
 use std::io::Read;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
@@ -31,17 +29,6 @@ const DAEMON_LOCK_WAIT: Duration = Duration::from_secs(5);
 /// Where umount(8) looks for type helpers, whatever the install prefix.
 const UMOUNT_HELPER: &str = "/sbin/umount.fuse.jbdfs";
 
-fn fuse_missing() -> Option<&'static str> {
-    if !Path::new("/dev/fuse").exists() {
-        return Some("no /dev/fuse");
-    }
-    // SAFETY: geteuid has no preconditions and touches no memory.
-    if unsafe { libc::geteuid() } != 0 {
-        return Some("not root");
-    }
-    None
-}
-
 /// One test at a time in this process: a child spawned for one test
 /// inherits, until it execs, whatever files another test has open on its
 /// mount, and an unmount at that moment fails with EBUSY.
@@ -57,20 +44,16 @@ struct Turn {
 /// Whether `test` can run here, and if so the turn it runs in. A skip
 /// must be seen, and under CI a machine that cannot mount is a broken
 /// runner, not a pass.
-fn ready(test: &str) -> Option<Turn> {
-    let Some(why) = fuse_missing() else {
-        // A failed test poisons the lock; the others still run.
-        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-        return Some(Turn {
-            _serial: serial,
-            _uring: daemon_common::transport().turn(),
-        });
-    };
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: CI is set but FUSE tests cannot run: {why}");
+fn ready(_test: &str) -> Option<Turn> {
+    if !jbdfs_testkit::require::met(&[jbdfs_testkit::require::Need::Fuse]) {
+        return None;
     }
-    eprintln!("SKIP {test}: {why} (FUSE tests need root and /dev/fuse)");
-    None
+    // A failed test poisons the lock; the others still run.
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    Some(Turn {
+        _serial: serial,
+        _uring: daemon_common::transport().turn(),
+    })
 }
 
 /// mkfs-jbdfs and fsck-jbdfs belong to other crates of the workspace, so
@@ -439,10 +422,7 @@ fn mkfs_and_fsck_keep_off_a_mounted_image() {
     let (mkfs, fsck) = match (sibling_bin("mkfs-jbdfs"), sibling_bin("fsck-jbdfs")) {
         (Ok(m), Ok(f)) => (m, f),
         (Err(e), _) | (_, Err(e)) => {
-            if std::env::var_os("CI").is_some() {
-                panic!("{test}: {e}");
-            }
-            eprintln!("SKIP {test}: {e}");
+            jbdfs_testkit::require::skip(test, None, &e);
             return;
         }
     };
@@ -575,31 +555,6 @@ fn remount_right_after_fusermount_waits_for_the_old_daemon() {
 
 /// A loop device over an image, detached when dropped (the kernel does
 /// so once the last holder closes it).
-struct LoopDevice(PathBuf);
-
-impl LoopDevice {
-    fn attach(image: &Path) -> LoopDevice {
-        let out = common::run(
-            "losetup",
-            [OsStr::new("-f"), OsStr::new("--show"), image.as_os_str()],
-        )
-        .expect_ok();
-        LoopDevice(PathBuf::from(out.stdout.trim()))
-    }
-}
-
-impl Drop for LoopDevice {
-    fn drop(&mut self) {
-        // A read-only flag (`blockdev --setro`) outlives the detach and
-        // would make the next user of the device read-only.
-        let _ = Command::new("blockdev")
-            .arg("--setrw")
-            .arg(&self.0)
-            .status();
-        let _ = Command::new("losetup").arg("-d").arg(&self.0).status();
-    }
-}
-
 /// The daemon holds a block device open with O_EXCL and no lock, and
 /// umount.fuse.jbdfs waited only for the lock: it returned while the
 /// daemon was still closing the device, and a mount right after was
@@ -610,11 +565,7 @@ fn the_umount_helper_waits_for_the_daemon_of_a_block_device() {
     let Some(_turn) = ready("the_umount_helper_waits_for_the_daemon_of_a_block_device") else {
         return;
     };
-    if let Err(why) = common::loop_mounts_available() {
-        assert!(std::env::var_os("CI").is_none(), "CI is set but: {why}");
-        eprintln!("SKIP the_umount_helper_waits_for_the_daemon_of_a_block_device: {why}");
-        return;
-    }
+    jbdfs_testkit::require!(loop);
     let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/umount.fuse.jbdfs");
     // Big enough that the daemon's last close of the device, which
     // flushes its cache, takes a while.
@@ -627,9 +578,9 @@ fn the_umount_helper_waits_for_the_daemon_of_a_block_device() {
         dir: TempDir::new("blockdev"),
     };
     let a = fx.mnt("a");
-    let dev = LoopDevice::attach(&fx.image.path);
+    let dev = common::LoopDevice::attach(&fx.image.path).expect("losetup");
     for round in 0..5 {
-        let out = jbdfs(&[s(&dev.0), s(&a)]);
+        let out = jbdfs(&[s(&dev.path), s(&a)]);
         assert!(out.success(), "round {round}: mount:\n{}", out.describe());
         let pid = daemon_pid(&a);
         // Metadata for the unmount to commit, and 64 MiB of the device in
@@ -646,11 +597,11 @@ fn the_umount_helper_waits_for_the_daemon_of_a_block_device() {
         let excl = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_EXCL)
-            .open(&dev.0);
+            .open(&dev.path);
         assert!(
             excl.is_ok(),
             "round {round}: daemon {pid} is gone but {} is held: {:?}",
-            dev.0.display(),
+            dev.path.display(),
             excl.err()
         );
     }
@@ -664,24 +615,19 @@ fn the_umount_helper_waits_for_the_daemon_of_a_block_device() {
 /// it read-only and says so, and a remount read-write is refused.
 #[test]
 fn a_write_protected_block_device_mounts_read_only() {
-    let test = "a_write_protected_block_device_mounts_read_only";
-    let Some(_turn) = ready(test) else {
+    let Some(_turn) = ready("a_write_protected_block_device_mounts_read_only") else {
         return;
     };
-    if let Err(why) = common::loop_mounts_available() {
-        assert!(std::env::var_os("CI").is_none(), "CI is set but: {why}");
-        eprintln!("SKIP {test}: {why}");
-        return;
-    }
+    jbdfs_testkit::require!(loop);
     let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/umount.fuse.jbdfs");
     let fx = Fixture {
-        image: daemon_common::image_4k("setro", 64 << 20),
+        image: common::image_4k("setro", 64 << 20),
         dir: TempDir::new("setro"),
     };
     let a = fx.mnt("a");
-    let dev = LoopDevice::attach(&fx.image.path);
-    common::run("blockdev", ["--setro", s(&dev.0)]).expect_ok();
-    let out = jbdfs(&[s(&dev.0), s(&a)]);
+    let dev = common::LoopDevice::attach(&fx.image.path).expect("losetup");
+    common::run("blockdev", ["--setro", s(&dev.path)]).expect_ok();
+    let out = jbdfs(&[s(&dev.path), s(&a)]);
     assert!(out.success(), "mount:\n{}", out.describe());
     assert!(
         out.stderr.contains("write-protected") && out.stderr.contains("mounting read-only"),
@@ -697,15 +643,15 @@ fn a_write_protected_block_device_mounts_read_only() {
     let err = std::fs::write(a.join("f"), b"x").unwrap_err();
     assert_eq!(err.raw_os_error(), Some(libc::EROFS), "{err}");
     assert!(a.join("lost+found").is_dir(), "the filesystem reads");
-    let remount = jbdfs(&[s(&dev.0), s(&a), "-o", "remount,rw"]);
+    let remount = jbdfs(&[s(&dev.path), s(&a), "-o", "remount,rw"]);
     assert!(!remount.success(), "remount rw of a write-protected device");
     common::run(s(&helper), [s(&a)]).expect_ok();
     // A crash leaves the journal needing recovery. On a device that cannot
     // be written Linux refuses to mount it (the last fsync'd writes would
     // not show), but for -o ro,noload; and -o norecovery alone is taken
     // read-only first, as mount(8) retries a write-protected device.
-    common::run("blockdev", ["--setrw", s(&dev.0)]).expect_ok();
-    let out = jbdfs(&[s(&dev.0), s(&a)]);
+    common::run("blockdev", ["--setrw", s(&dev.path)]).expect_ok();
+    let out = jbdfs(&[s(&dev.path), s(&a)]);
     assert!(out.success(), "mount read-write:\n{}", out.describe());
     let pid = daemon_pid(&a);
     let mut f = std::fs::File::create(a.join("synced")).unwrap();
@@ -717,8 +663,8 @@ fn a_write_protected_block_device_mounts_read_only() {
         "daemon {pid} killed"
     );
     common::run("umount", ["-l", s(&a)]);
-    common::run("blockdev", ["--setro", s(&dev.0)]).expect_ok();
-    let refused = jbdfs(&[s(&dev.0), s(&a)]);
+    common::run("blockdev", ["--setro", s(&dev.path)]).expect_ok();
+    let refused = jbdfs(&[s(&dev.path), s(&a)]);
     assert!(
         !refused.success(),
         "a journal needing recovery on a write-protected device"
@@ -728,12 +674,12 @@ fn a_write_protected_block_device_mounts_read_only() {
         "{}",
         refused.describe()
     );
-    let out = jbdfs(&[s(&dev.0), s(&a), "-o", "norecovery"]);
+    let out = jbdfs(&[s(&dev.path), s(&a), "-o", "norecovery"]);
     assert!(out.success(), "mount -o norecovery:\n{}", out.describe());
     assert!(!a.join("synced").exists(), "only the journal holds it");
     common::run(s(&helper), [s(&a)]).expect_ok();
-    common::run("blockdev", ["--setrw", s(&dev.0)]).expect_ok();
-    let out = jbdfs(&[s(&dev.0), s(&a)]);
+    common::run("blockdev", ["--setrw", s(&dev.path)]).expect_ok();
+    let out = jbdfs(&[s(&dev.path), s(&a)]);
     assert!(out.success(), "mount read-write:\n{}", out.describe());
     assert_eq!(std::fs::read(a.join("synced")).unwrap(), b"in the journal");
     common::run(s(&helper), [s(&a)]).expect_ok();

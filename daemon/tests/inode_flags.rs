@@ -10,9 +10,8 @@
 //! Needs root, /dev/fuse and e2fsprogs' chattr/lsattr: skipped with a
 //! message without them, except that under CI missing tools fail.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use std::ffi::OsStr;
 use std::fs::{File, OpenOptions};
@@ -22,33 +21,13 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, SystemTime};
 
 use common::{run, Out, TempDir, TempImage};
-use daemon_common::{cannot_fuse, Daemon};
+use daemon_common::Daemon;
 use jbdfs::mkfs::{make_filesystem, MkfsOptions, Request};
 
-/// Why these tests cannot run here; panics instead where CI is set and
-/// only the tools are missing.
-fn cannot_run() -> Option<String> {
-    if let Some(why) = cannot_fuse() {
-        return Some(why);
-    }
-    for tool in ["chattr", "lsattr", "setpriv"] {
-        if !run("sh", ["-c", &format!("command -v {tool}")]).success() {
-            let why = format!("{tool} (e2fsprogs/util-linux) is not installed");
-            if std::env::var_os("CI").is_some() {
-                panic!("{why}; CI is set, so this is a failure, not a skip");
-            }
-            return Some(why);
-        }
-    }
-    None
-}
-
+/// FUSE and the flag tools (e2fsprogs, util-linux), or the test returns.
 macro_rules! skip_unless_runnable {
     () => {
-        if let Some(why) = cannot_run() {
-            eprintln!("\n!!!!!!!! skipping inode flag test: {why}\n");
-            return;
-        }
+        jbdfs_testkit::require!(fuse, "chattr", "lsattr", "setpriv");
     };
 }
 
@@ -211,7 +190,7 @@ fn immutable_refuses_every_change_even_to_root() {
     eperm("chown", std::os::unix::fs::chown(&f, Some(1), Some(1)));
     eperm("utimes", set_both_times(&f));
     cmd_eperm(run("touch", [f.as_os_str()]));
-    if run("sh", ["-c", "command -v setfattr"]).success() {
+    if jbdfs_testkit::available!("setfattr on an immutable file"; "setfattr") {
         cmd_eperm(run(
             "setfattr",
             [
@@ -483,10 +462,7 @@ fn linux_mount(img: &TempImage) -> common::LoopMount {
 #[test]
 fn linux_and_jbdfs_honour_each_others_flags() {
     skip_unless_runnable!();
-    if let Err(why) = common::loop_mounts_available() {
-        eprintln!("\n!!!!!!!! skipping: {why}\n");
-        return;
-    }
+    jbdfs_testkit::require!(loop);
     let img = fresh_image("flags-linux");
     let rels = ["imm", "app", "sync", "dsync", "da", "da/child", "plain"];
 

@@ -5,9 +5,8 @@
 //! Linux kernel, and then hold everything that was fsync'd, with e2fsck
 //! finding nothing else to fix.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use std::path::Path;
 use std::sync::Arc;
@@ -105,10 +104,7 @@ fn fsynced_files_survive_a_crash_replayed_by_e2fsck() {
 
 #[test]
 fn linux_replays_a_journal_jbdfs_left() {
-    if let Err(why) = loop_mounts_available() {
-        eprintln!("skipping: {why}");
-        return;
-    }
+    jbdfs_testkit::require!(loop);
     let img = jbdfs_image(4096);
     let fs = mount(&img.path);
     let (d, _) = fs.mkdir(ROOT, b"dir", 0o755, ME).unwrap();
@@ -206,10 +202,7 @@ fn wait_mounted(dir: &Path) {
 
 #[test]
 fn kill_9_of_the_daemon_loses_nothing_fsynced() {
-    if !is_root() || !Path::new("/dev/fuse").exists() {
-        eprintln!("skipping: needs root and /dev/fuse");
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let img = jbdfs_image(4096);
     let dir = TempDir::new("kill9");
     let _unmount = daemon_common::UnmountOnDrop(dir.path.clone());
@@ -256,10 +249,7 @@ fn kill_9_of_the_daemon_loses_nothing_fsynced() {
 /// clean afterwards (fstests generic/417, 646).
 #[test]
 fn a_read_only_mount_after_a_crash_replays_the_journal() {
-    if !is_root() || !Path::new("/dev/fuse").exists() {
-        eprintln!("skipping: needs root and /dev/fuse");
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let img = jbdfs_image(4096);
     let dir = TempDir::new("ro-replay");
     let _unmount = daemon_common::UnmountOnDrop(dir.path.clone());
@@ -308,10 +298,7 @@ fn a_read_only_mount_after_a_crash_replays_the_journal() {
 /// option is refused, and a remount read-write is refused too.
 #[test]
 fn noload_mounts_read_only_without_replaying() {
-    if !is_root() || !Path::new("/dev/fuse").exists() {
-        eprintln!("skipping: needs root and /dev/fuse");
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let img = jbdfs_image(4096);
     let dir = TempDir::new("noload");
     let _unmount = daemon_common::UnmountOnDrop(dir.path.clone());

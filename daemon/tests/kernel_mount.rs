@@ -11,11 +11,10 @@ use std::path::Path;
 use std::process::{Command, Output};
 use std::time::Duration;
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
-use daemon_common::{can_mount, Daemon};
+use daemon_common::Daemon;
 
 fn image_and_dir(tag: &str) -> (common::TempImage, common::TempDir) {
     let img = common::jbdfs_image_with(tag, Default::default(), 64 << 20);
@@ -69,10 +68,7 @@ fn helper(image: &Path, dir: &Path, opts: &str) -> Output {
 
 #[test]
 fn a_root_mount_lets_other_users_in_and_allows_suid_and_devices() {
-    let test = "a_root_mount_lets_other_users_in_and_allows_suid_and_devices";
-    if !can_mount(test) {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let (img, dir) = image_and_dir("kmount-root");
     let mnt = dir.path.join("mnt");
     let d = Daemon::start(&img.path, &mnt, "", Duration::from_secs(30)).unwrap();
@@ -115,10 +111,7 @@ fn a_root_mount_lets_other_users_in_and_allows_suid_and_devices() {
 
 #[test]
 fn remount_read_only_and_back_through_the_mount_helper() {
-    let test = "remount_read_only_and_back_through_the_mount_helper";
-    if !can_mount(test) {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let (img, dir) = image_and_dir("kmount-remount");
     let mnt = dir.path.join("mnt");
     let d = Daemon::start(&img.path, &mnt, "nosuid", Duration::from_secs(30)).unwrap();
@@ -175,10 +168,7 @@ fn remount_read_only_and_back_through_the_mount_helper() {
 /// read-write.
 #[test]
 fn a_read_only_mount_remounts_read_write() {
-    let test = "a_read_only_mount_remounts_read_write";
-    if !can_mount(test) {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let (img, dir) = image_and_dir("kmount-ro-rw");
     let mnt = dir.path.join("mnt");
     let d = Daemon::start(&img.path, &mnt, "", Duration::from_secs(30)).unwrap();
@@ -258,10 +248,7 @@ fn options_line(stats: &Path, since: std::time::SystemTime) -> String {
 /// value is refused before anything changes.
 #[test]
 fn remount_changes_commit_barrier_errors_batching_and_atime() {
-    let test = "remount_changes_commit_barrier_errors_batching_and_atime";
-    if !can_mount(test) {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let (img, dir) = image_and_dir("kmount-retune");
     let mnt = dir.path.join("mnt");
     let stats = dir.path.join("stats");

@@ -22,27 +22,17 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
-use daemon_common::{can_mount, umount_retrying, Daemon, Exited};
+use daemon_common::{umount_retrying, Daemon, Exited};
+use jbdfs_testkit::require::Need;
 
-/// Whether `prog` is installed; skips loudly (fails under CI) if not.
-fn have(prog: &str, test: &str) -> bool {
-    let found = std::env::var_os("PATH")
-        .map(|p| std::env::split_paths(&p).any(|d| d.join(prog).is_file()))
-        .unwrap_or(false);
-    if found {
-        return true;
-    }
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: CI is set but {prog} is not installed (scripts/deps.sh)");
-    }
-    eprintln!("SKIP {test}: {prog} is not installed (scripts/deps.sh installs it)");
-    false
+/// Whether FUSE and `prog` are here: a loud skip (a failure with
+/// JBDFS_REQUIRE_ORACLES=1) when not.
+fn have(prog: &'static str) -> bool {
+    jbdfs_testkit::require::met(&[Need::Fuse, Need::Tool(prog)])
 }
-
 /// Where a server listens.
 #[derive(Clone)]
 enum Listen {
@@ -330,7 +320,7 @@ fn check_tree(root: &Path, t: &[(String, Vec<u8>)]) {
 /// file, or debugfs where loop devices are not available.
 fn check_tree_with_linux(backing: &Path, t: &[(String, Vec<u8>)]) {
     common::assert_e2fsck_clean(backing, "the NBD server's backing file");
-    if common::loop_mounts_available().is_ok() {
+    if jbdfs_testkit::available!("the loop mount"; loop) {
         let _serial = common::LOOP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
         match common::LoopMount::mount_with(backing, "loop,ro") {
             Ok(mut m) => {
@@ -362,8 +352,8 @@ fn mount(uri: &str, dir: &Path, opts: &str) -> Daemon {
 /// For a test that needs `prog`: a sparse 64 MiB backing file and a
 /// directory holding the mount point (`mnt`) and whatever else the test
 /// puts there; None (after saying why) when the test cannot run here.
-fn setup(test: &str, prog: &str) -> Option<(common::TempImage, common::TempDir, PathBuf)> {
-    if !can_mount(test) || !have(prog, test) {
+fn setup(test: &str, prog: &'static str) -> Option<(common::TempImage, common::TempDir, PathBuf)> {
+    if !have(prog) {
         return None;
     }
     let backing = common::TempImage::sparse(test, 64 << 20);
@@ -404,8 +394,7 @@ fn round_trip(listen: Listen, tag: &str) {
 
 #[test]
 fn qemu_nbd_over_a_unix_socket() {
-    if !can_mount("qemu_nbd_over_a_unix_socket") || !have("qemu-nbd", "qemu_nbd_over_a_unix_socket")
-    {
+    if !have("qemu-nbd") {
         return;
     }
     let sock = common::TempDir::new("nbd-sock");
@@ -414,7 +403,7 @@ fn qemu_nbd_over_a_unix_socket() {
 
 #[test]
 fn qemu_nbd_over_tcp() {
-    if !can_mount("qemu_nbd_over_tcp") || !have("qemu-nbd", "qemu_nbd_over_tcp") {
+    if !have("qemu-nbd") {
         return;
     }
     round_trip(Listen::Tcp(free_port()), "nbd-tcp");
@@ -445,8 +434,7 @@ type Synced = (PathBuf, Vec<u8>);
 /// fresh mount every file whose fsync returned success is there, whole.
 #[test]
 fn a_server_killed_mid_workload_loses_nothing_fsynced() {
-    let test = "a_server_killed_mid_workload_loses_nothing_fsynced";
-    if !can_mount(test) || !have("qemu-nbd", test) {
+    if !have("qemu-nbd") {
         return;
     }
     let backing = common::TempImage::sparse("nbd-kill", 128 << 20);

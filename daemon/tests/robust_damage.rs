@@ -9,11 +9,9 @@
 //! success), never a panic or a hang. Most run in-process over a memory
 //! device; a few go through the real daemon with a timeout.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
-#[path = "../../tests/robust_common/mod.rs"]
-mod robust_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit as robust_common;
+use jbdfs_testkit::daemon as daemon_common;
 #[path = "../../tests/robust_common/walk.rs"]
 mod walk;
 
@@ -36,25 +34,6 @@ fn images_per_base() -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(60)
-}
-
-/// A small deterministic generator (xorshift64*), so a failure names the
-/// seed that reproduces it.
-struct Rng(u64);
-
-impl Rng {
-    fn new(seed: u64) -> Self {
-        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
-    }
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
-    }
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n.max(1)
-    }
 }
 
 /// A tree with a bit of everything: nested directories, small and
@@ -97,15 +76,11 @@ fn jbdfs_base() -> Vec<u8> {
 
 /// An image made by mke2fs -t ext3, populated by jbdfs; None without mke2fs.
 fn mke2fs_base() -> Option<Vec<u8>> {
-    let img = common::TempImage::sparse("damage-mke2fs", SPARSE_DEVICE as u64);
-    let out = common::run(
-        "mke2fs",
-        ["-q", "-F", "-t", "ext3", "-b", "1024", img.path_str()],
-    );
-    if !out.success() {
-        eprintln!("skipping the mke2fs base: {}", out.describe());
+    if !jbdfs_testkit::available!("the mke2fs base"; "mke2fs") {
         return None;
     }
+    let img = common::mke2fs_image("damage-mke2fs", SPARSE_DEVICE as u64, &["-b", "1024"])
+        .unwrap_or_else(|o| panic!("{}", o.describe()));
     let mem = Arc::new(jbdfs::device::MemoryDevice::from_vec(
         std::fs::read(&img.path).unwrap(),
     ));
@@ -174,7 +149,7 @@ fn targets(img: &[u8]) -> Targets {
 }
 
 /// Damages 1 to 4 places of `img`, chosen by `rng`; says what it did.
-fn damage(img: &mut [u8], t: &Targets, rng: &mut Rng) -> String {
+fn damage(img: &mut [u8], t: &Targets, rng: &mut common::Rng) -> String {
     let mut what = Vec::new();
     for _ in 0..1 + rng.below(4) {
         let (name, range) = match rng.below(8) {
@@ -257,7 +232,7 @@ fn campaign(base: &[u8], label: &str, seeds: std::ops::Range<u64>) -> (usize, us
     let mut totals = walk::WalkReport::default();
     for seed in seeds {
         let mut img = base.to_vec();
-        let mut rng = Rng::new(seed);
+        let mut rng = common::Rng::new(seed);
         let what = damage(&mut img, &t, &mut rng);
         let tag = format!("{label} seed {seed} ({what})");
         match walk_with_timeout(img, &tag) {
@@ -348,17 +323,14 @@ fn walk_mount(dir: &std::path::Path, budget: &mut usize) -> usize {
 /// never a Rust panic (exit 101), a signal, or a hang.
 #[test]
 fn damaged_images_through_the_daemon() {
-    use daemon_common::{cannot_fuse, Daemon};
-    if let Some(why) = cannot_fuse() {
-        eprintln!("skipping the daemon part: {why}");
-        return;
-    }
+    use daemon_common::Daemon;
+    jbdfs_testkit::require!(fuse);
     let base = jbdfs_base();
     let t = targets(&base);
     let (mut refused, mut served) = (0, 0);
     for seed in 0..8u64 {
         let mut img = base.clone();
-        let what = damage(&mut img, &t, &mut Rng::new(seed));
+        let what = damage(&mut img, &t, &mut common::Rng::new(seed));
         let tag = format!("daemon seed {seed} ({what})");
         let file = to_file(&img, "damage-daemon");
         let dir = common::TempDir::new("damage-mnt");
@@ -513,4 +485,202 @@ fn orphan_cleanup_frees_no_blocks_named_by_a_fifo_or_socket() {
         let file = to_file(&mem.snapshot(), "orphan-fifo");
         common::assert_e2fsck_clean(&file.path, &tag);
     }
+}
+
+/// The inode damage and the unusable images of scripts/fsck-corpus.sh,
+/// moved here (issue 20): each recipe edits one inode of the populated
+/// jbdfs base as `debugfs sif`/`clri` did there, or cuts the image. What
+/// the script checked of each, checked here in process: fsck -n (the
+/// library's, as fsck.jbdfs runs it) finds damage exactly where
+/// `e2fsck -fn` does and writes nothing; fsck -y leaves nothing unfixed
+/// and an image e2fsck finds clean, which a second fsck -n passes; the
+/// mount and walk of the damaged image neither panics nor hangs. An image
+/// that cannot be repaired in place (truncated, not ext3) is refused and
+/// left as it was.
+#[test]
+fn named_inode_damage_is_judged_as_e2fsck_judges_it_and_repaired() {
+    jbdfs_testkit::require!("e2fsck");
+    let mut bases = vec![("jbdfs mkfs", jbdfs_base())];
+    if let Some(b) = mke2fs_base() {
+        bases.push(("mke2fs", b));
+    }
+    for (label, base) in bases {
+        let recipes = named_damage(&base);
+        let n = recipes.len();
+        assert!(n >= 20, "{n} recipes");
+        let mut damaged = 0;
+        for (name, img) in recipes {
+            damaged += usize::from(judged_as_e2fsck_judges_it(
+                &format!("{label} base, {name}"),
+                name,
+                img,
+            ));
+        }
+        // Each recipe is damage e2fsck sees: none is a no-op.
+        assert_eq!(damaged, n, "{label} base: {damaged} of {n} recipes damaged");
+    }
+}
+
+fn fsck_opts(mode: jbdfs::fsck::Mode) -> jbdfs::fsck::FsckOptions {
+    jbdfs::fsck::FsckOptions {
+        mode,
+        force: true,
+        ..Default::default()
+    }
+}
+
+/// Whether the image was damaged (always so for the fatal ones).
+fn judged_as_e2fsck_judges_it(name: &str, recipe: &str, img: Vec<u8>) -> bool {
+    use jbdfs::device::MemoryDevice;
+    use jbdfs::fsck::{check, Mode};
+    let fatal = matches!(recipe, "truncated" | "not-ext3");
+    let mem = MemoryDevice::from_vec(img.clone());
+    let checked = check(&mem, &fsck_opts(Mode::No));
+    assert!(mem.snapshot() == img, "{name}: fsck -n wrote");
+    if fatal {
+        let fixed = MemoryDevice::from_vec(img.clone());
+        if let Ok(r) = check(&fixed, &fsck_opts(Mode::Yes)) {
+            assert!(r.exit_code() & 8 != 0, "{name}: fsck -y: {:?}", r.problems);
+        }
+        assert!(fixed.snapshot() == img, "{name}: fsck -y changed it");
+        return true;
+    }
+    let r = checked.unwrap_or_else(|e| panic!("{name}: fsck -n: {e}"));
+    let file = to_file(&img, "named-damage");
+    let e = common::e2fsck(&file.path);
+    assert_eq!(
+        r.exit_code() == 0,
+        e.success(),
+        "{name}: fsck -n (exit {}, {:?}) and e2fsck -fn disagree:\n{}",
+        r.exit_code(),
+        r.problems,
+        e.describe()
+    );
+    let fixed = MemoryDevice::from_vec(img.clone());
+    let r = check(&fixed, &fsck_opts(Mode::Yes)).unwrap_or_else(|e| panic!("{name}: fsck -y: {e}"));
+    assert_eq!(r.unfixed, 0, "{name}: fsck -y left {:?}", r.problems);
+    common::assert_bytes_clean(&fixed.snapshot(), &format!("{name}, after fsck -y"));
+    let again = check(&fixed, &fsck_opts(Mode::No)).unwrap();
+    assert_eq!(
+        again.exit_code(),
+        0,
+        "{name}: second fsck -n: {:?}",
+        again.problems
+    );
+    // The mount path: refused or served, never a panic or a hang.
+    let _ = walk_with_timeout(img, name);
+    !e.success()
+}
+
+/// Reads inode `ino` of the image.
+fn read_inode(img: &[u8], ino: InodeNo) -> Inode {
+    let mut copy = img.to_vec();
+    let mut out = None;
+    edit_inode(&mut copy, ino, |i| out = Some(i.clone()));
+    out.unwrap()
+}
+
+/// The first block of group 0's inode table.
+fn inode_table_0(img: &[u8]) -> u32 {
+    let at = SUPERBLOCK_OFFSET as usize;
+    let sb = Superblock::parse(&img[at..at + SUPERBLOCK_SIZE]).unwrap();
+    let bs = sb.block_size() as usize;
+    let (db, doff) = sb.group_desc_location(sb.inode_group(1).0);
+    let gd_at = db.0 as usize * bs + doff;
+    GroupDesc::parse(&img[gd_at..gd_at + GROUP_DESC_SIZE])
+        .unwrap()
+        .bg_inode_table
+}
+
+/// The recipes, by the script's names, applied to copies of `base`.
+fn named_damage(base: &[u8]) -> Vec<(&'static str, Vec<u8>)> {
+    let mem = Arc::new(jbdfs::device::MemoryDevice::from_vec(base.to_vec()));
+    let fs = mount_mem(&mem);
+    let ino = |path: &str| {
+        path.split('/')
+            .fold(ROOT, |dir, name| fs.lookup(dir, name.as_bytes()).unwrap().0)
+    };
+    // file-3: 5000 bytes in /, file-4: 20 000 in a, file-5: 300 000 in a/b
+    // (indirect blocks); a/fast is a fast symlink.
+    let (small, mid, big, dir, fast) = (
+        ino("file-3"),
+        ino("a/file-4"),
+        ino("a/b/file-5"),
+        ino("a"),
+        ino("a/fast"),
+    );
+    fs.unmount().unwrap();
+    let big_blocks = read_inode(base, big).i_block;
+    let itable = inode_table_0(base);
+    type Edit = Box<dyn Fn(&mut Inode)>;
+    let sif: Vec<(&'static str, InodeNo, Edit)> = vec![
+        ("sif-links-high", small, Box::new(|i| i.i_links_count = 5)),
+        ("sif-links-zero", small, Box::new(|i| i.i_links_count = 0)),
+        (
+            "sif-illegal-block",
+            big,
+            Box::new(|i| i.i_block[2] = 99_999_999),
+        ),
+        (
+            "sif-illegal-ind",
+            big,
+            Box::new(|i| i.i_block[12] = 99_999_999),
+        ),
+        (
+            "sif-dup-block",
+            small,
+            Box::new(move |i| i.i_block[1] = big_blocks[3]),
+        ),
+        (
+            "sif-dup-metadata",
+            small,
+            Box::new(move |i| i.i_block[0] = itable),
+        ),
+        ("sif-size-small", big, Box::new(|i| i.i_size = 100)),
+        ("sif-dir-size", dir, Box::new(|i| i.i_size = 123)),
+        ("sif-blocks", mid, Box::new(|i| i.i_blocks = 2)),
+        ("sif-dtime", mid, Box::new(|i| i.i_dtime = 1_600_000_000)),
+        ("sif-bad-mode", small, Box::new(|i| i.i_mode = 0o170644)),
+        ("sif-index-flag", dir, Box::new(|i| i.i_flags = 0x1000)),
+        ("sif-bad-fastlink", fast, Box::new(|i| i.i_size = 200)),
+        (
+            "sif-bad-acl",
+            small,
+            Box::new(|i| i.i_file_acl = 99_999_999),
+        ),
+        ("sif-extra-isize", mid, Box::new(|i| i.i_extra_isize = 3)),
+        (
+            "sif-journal-mode",
+            InodeNo(8),
+            Box::new(|i| i.i_mode = 0o040755),
+        ),
+        (
+            "sif-journal-ind",
+            InodeNo(8),
+            Box::new(|i| i.i_block[12] = 0),
+        ),
+    ];
+    let mut out = Vec::new();
+    for (name, ino, edit) in sif {
+        let mut img = base.to_vec();
+        edit_inode(&mut img, ino, |i| edit(i));
+        out.push((name, img));
+    }
+    for (name, ino) in [
+        ("clri-file", small),
+        ("clri-dir", dir),
+        ("clri-root", ROOT),
+        ("clri-lostfound", InodeNo(11)),
+        ("clri-journal", InodeNo(8)),
+    ] {
+        let mut img = base.to_vec();
+        edit_inode(&mut img, ino, |i| {
+            *i = Inode::parse(&vec![0u8; i.to_bytes().len()]).unwrap();
+        });
+        out.push((name, img));
+    }
+    out.push(("truncated", base[..base.len() / 2].to_vec()));
+    let mut rng = common::Rng::new(0xc0ffee);
+    out.push(("not-ext3", rng.bytes(4 << 20)));
+    out
 }

@@ -6,11 +6,9 @@
 //! before the fault survives, and that e2fsck -fy repairs the image so that
 //! e2fsck -fn is clean.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
-#[path = "../../tests/robust_common/mod.rs"]
-mod robust_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit as robust_common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -423,11 +421,8 @@ fn os_errno<T: std::fmt::Debug>(r: std::io::Result<T>) -> i32 {
 /// inode, and e2fsck -fy repairs the image to clean with "good" intact.
 #[test]
 fn errors_option_takes_effect_in_the_daemon() {
-    use daemon_common::{cannot_fuse, Daemon};
-    if let Some(why) = cannot_fuse() {
-        eprintln!("skipping the daemon part: {why}");
-        return;
-    }
+    use daemon_common::Daemon;
+    jbdfs_testkit::require!(fuse);
     for policy in ["continue", "remount-ro", "panic"] {
         let (img, bad) = image_with_corrupt_file();
         let file = to_file(&img, "errors-daemon");

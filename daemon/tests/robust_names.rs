@@ -6,11 +6,9 @@
 //! subtree gets EINVAL; hard links to directories get EPERM. Afterwards
 //! e2fsck -fn is clean and a Linux loop mount sees the same names.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
-#[path = "../../tests/robust_common/mod.rs"]
-mod robust_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit as robust_common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use std::collections::BTreeSet;
 use std::ffi::OsStr;
@@ -18,7 +16,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use daemon_common::{cannot_fuse, Daemon};
+use daemon_common::Daemon;
 use jbdfs::format::InodeNo;
 use jbdfs::fs::Filesystem;
 use robust_common::*;
@@ -149,8 +147,7 @@ fn hostile_names_in_process() {
 /// 255-byte directory and lost+found) in the root, and the deep chain
 /// under `chain` goes `depth` levels down to its file.
 fn linux_sees(image: &Path, names: &[Vec<u8>], chain: &[&str], depth: usize) {
-    if let Err(why) = common::loop_mounts_available() {
-        eprintln!("skipping the Linux check: {why}");
+    if !jbdfs_testkit::available!("the Linux check"; loop) {
         return;
     }
     let _g = common::LOOP_LOCK.lock().unwrap_or_else(|e| e.into_inner());
@@ -216,10 +213,7 @@ fn os_errno(r: std::io::Result<impl std::fmt::Debug>) -> i32 {
 
 #[test]
 fn hostile_names_through_fuse() {
-    if let Some(why) = cannot_fuse() {
-        eprintln!("skipping FUSE test: {why}");
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let mem = small_image(32 << 20);
     let img = to_file(&mem.snapshot(), "names-fuse");
     let dir = common::TempDir::new("names-mnt");

@@ -11,17 +11,16 @@
 //! Needs root and /dev/fuse; the io_uring half runs in test.sh's second
 //! pass (`JBDFS_TEST_TRANSPORT=io_uring`).
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use std::ffi::CString;
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{assert_e2fsck_clean, TempDir, TempImage};
-use daemon_common::{can_mount, image_4k, transport, Daemon, TestTransport};
+use common::{assert_e2fsck_clean, image_4k, TempDir, TempImage};
+use daemon_common::{transport, Daemon, TestTransport};
 
 /// statx(AT_FDCWD, path, 0, STATX_BASIC_STATS | STATX_BTIME): the birth
 /// time, if the answer has one.
@@ -76,10 +75,7 @@ fn mount(img: &Path, m: &Path) -> Daemon {
 
 #[test]
 fn birth_time_is_crtime_over_io_uring_and_absent_over_dev_fuse() {
-    let test = "birth_time_is_crtime_over_io_uring_and_absent_over_dev_fuse";
-    if !can_mount(test) {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let img = image_4k("statx", 64 << 20);
     let dir = TempDir::new("statx");
     let m = &dir.path;
@@ -135,8 +131,8 @@ fn birth_time_is_crtime_over_io_uring_and_absent_over_dev_fuse() {
 
 #[test]
 fn a_small_inode_has_no_birth_time() {
-    let test = "a_small_inode_has_no_birth_time";
-    if !can_mount(test) || transport() == TestTransport::DevFuse {
+    jbdfs_testkit::require!(fuse);
+    if transport() == TestTransport::DevFuse {
         return; // over /dev/fuse no inode has one: the test above checks that
     }
     let opts = jbdfs::mkfs::MkfsOptions {

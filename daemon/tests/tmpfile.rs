@@ -10,9 +10,8 @@
 //! Needs root and /dev/fuse; the io_uring half runs in test.sh's second
 //! pass (`JBDFS_TEST_TRANSPORT=io_uring`).
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
-mod daemon_common;
+use jbdfs_testkit as common;
+use jbdfs_testkit::daemon as daemon_common;
 
 use std::ffi::CString;
 use std::fs::{File, OpenOptions};
@@ -23,8 +22,9 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Duration;
 
+use common::image_4k;
 use common::{assert_e2fsck_clean, TempDir};
-use daemon_common::{can_mount, image_4k, transport, Daemon, TestTransport};
+use daemon_common::{transport, Daemon, TestTransport};
 
 fn open_tmpfile(dir: &Path) -> std::io::Result<File> {
     OpenOptions::new()
@@ -63,10 +63,7 @@ fn free_inodes(m: &Path) -> u64 {
 
 #[test]
 fn o_tmpfile_is_served_over_io_uring_and_refused_over_dev_fuse() {
-    let test = "o_tmpfile_is_served_over_io_uring_and_refused_over_dev_fuse";
-    if !can_mount(test) {
-        return;
-    }
+    jbdfs_testkit::require!(fuse);
     let img = image_4k("tmpfile", 64 << 20);
     let dir = TempDir::new("tmpfile");
     let m = &dir.path;

@@ -2,43 +2,12 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, unreachable_pub)]
 //! The fsck.jbdfs command line: e2fsck's flags and exit codes.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
+use jbdfs_testkit::TempImage;
+
 const FSCK: &str = env!("CARGO_BIN_EXE_fsck-jbdfs");
-
-/// A path removed on drop; the file is not created.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        Scratch(dir.join(format!(
-            "jbdfs-fsck-cli-{}-{tag}-{n}.img",
-            std::process::id()
-        )))
-    }
-
-    /// A sparse file of `size` bytes.
-    fn sparse(tag: &str, size: u64) -> Self {
-        let s = Self::new(tag);
-        std::fs::File::create(&s.0).unwrap().set_len(size).unwrap();
-        s
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 fn run(prog: &str, args: &[&str], path: Option<&Path>) -> Output {
     let mut c = Command::new(prog);
@@ -69,8 +38,8 @@ fn code(o: &Output) -> Option<i32> {
 }
 
 /// A fresh jbdfs image made with the library.
-fn jbdfs_image(tag: &str, size: u64, block_size: u32) -> Scratch {
-    let s = Scratch::new(tag);
+fn jbdfs_image(tag: &str, size: u64, block_size: u32) -> TempImage {
+    let s = TempImage::new(tag);
     let req = jbdfs::mkfs::Request {
         options: jbdfs::mkfs::MkfsOptions {
             block_size: Some(block_size),
@@ -80,7 +49,7 @@ fn jbdfs_image(tag: &str, size: u64, block_size: u32) -> Scratch {
         quiet: true,
         ..Default::default()
     };
-    jbdfs::mkfs::make_filesystem(&s.0, &req).unwrap();
+    jbdfs::mkfs::make_filesystem(&s.path, &req).unwrap();
     s
 }
 
@@ -112,11 +81,11 @@ fn help_exits_zero() {
 fn clean_image_exits_zero_and_reports_usage_like_e2fsck() {
     for bs in [1024, 4096] {
         let img = jbdfs_image("clean", 64 << 20, bs);
-        let o = fsck(&["-fn"], &img.0);
+        let o = fsck(&["-fn"], &img.path);
         assert_eq!(code(&o), Some(0), "fsck -fn on a fresh image: {}", text(&o));
         let ours = usage(&String::from_utf8_lossy(&o.stdout))
             .unwrap_or_else(|| panic!("no 'N/M files' and 'N/M blocks': {}", text(&o)));
-        let e = run("e2fsck", &["-fn"], Some(&img.0));
+        let e = run("e2fsck", &["-fn"], Some(&img.path));
         assert_eq!(code(&e), Some(0), "e2fsck: {}", text(&e));
         let theirs = usage(&String::from_utf8_lossy(&e.stdout))
             .unwrap_or_else(|| panic!("e2fsck summary: {}", text(&e)));
@@ -124,7 +93,7 @@ fn clean_image_exits_zero_and_reports_usage_like_e2fsck() {
         assert_eq!(ours.0 .0, 11, "a fresh filesystem uses 11 inodes");
 
         // Without -f a clean filesystem is skipped, still exit 0.
-        let o = fsck(&["-n"], &img.0);
+        let o = fsck(&["-n"], &img.path);
         assert_eq!(code(&o), Some(0), "{}", text(&o));
         assert!(
             String::from_utf8_lossy(&o.stdout).contains("clean"),
@@ -136,18 +105,18 @@ fn clean_image_exits_zero_and_reports_usage_like_e2fsck() {
 
 #[test]
 fn not_a_filesystem_exits_8() {
-    let zeros = Scratch::sparse("zeros", 4 << 20);
-    let random = Scratch::new("random");
+    let zeros = TempImage::sparse("zeros", 4 << 20);
+    let random = TempImage::new("random");
     let bytes: Vec<u8> = {
         let mut f = std::fs::File::open("/dev/urandom").unwrap();
         let mut b = vec![0u8; 4 << 20];
         std::io::Read::read_exact(&mut f, &mut b).unwrap();
         b
     };
-    std::fs::write(&random.0, bytes).unwrap();
-    let tiny = Scratch::sparse("tiny", 1000);
+    std::fs::write(&random.path, bytes).unwrap();
+    let tiny = TempImage::sparse("tiny", 1000);
     for (what, img) in [("zeros", &zeros), ("random", &random), ("tiny", &tiny)] {
-        let o = fsck(&["-fn"], &img.0);
+        let o = fsck(&["-fn"], &img.path);
         assert_eq!(code(&o), Some(8), "{what}: {}", text(&o));
         let err = String::from_utf8_lossy(&o.stderr);
         assert!(
@@ -156,8 +125,8 @@ fn not_a_filesystem_exits_8() {
             text(&o)
         );
     }
-    let missing = Scratch::new("missing");
-    let o = fsck(&["-fn"], &missing.0);
+    let missing = TempImage::new("missing");
+    let o = fsck(&["-fn"], &missing.path);
     assert_eq!(code(&o), Some(8), "nonexistent path: {}", text(&o));
 }
 
@@ -168,12 +137,12 @@ fn unsupported_features_exit_8_and_are_named() {
         (&["-t", "ext4"], &["extent", "64bit", "flex_bg"]),
     ];
     for (args, names) in cases {
-        let img = Scratch::sparse("ext4", 64 << 20);
+        let img = TempImage::sparse("ext4", 64 << 20);
         let mut a = vec!["-q", "-F"];
         a.extend_from_slice(args);
-        let m = run("mke2fs", &a, Some(&img.0));
+        let m = run("mke2fs", &a, Some(&img.path));
         assert!(m.status.success(), "mke2fs: {}", text(&m));
-        let o = fsck(&["-fn"], &img.0);
+        let o = fsck(&["-fn"], &img.path);
         assert_eq!(code(&o), Some(8), "mke2fs {args:?}: {}", text(&o));
         let err = String::from_utf8_lossy(&o.stderr);
         for n in *names {
@@ -196,7 +165,7 @@ fn corrupt_group_descriptor_exits_4() {
             "dd",
             &[
                 "if=/dev/urandom",
-                &format!("of={}", img.0.display()),
+                &format!("of={}", img.path.display()),
                 "bs=1",
                 "count=4",
                 &format!("seek={offset}"),
@@ -207,21 +176,21 @@ fn corrupt_group_descriptor_exits_4() {
         );
         assert!(dd.status.success(), "dd: {}", text(&dd));
         // Make sure the garbage really lies outside group 0.
-        let raw = std::fs::read(&img.0).unwrap();
+        let raw = std::fs::read(&img.path).unwrap();
         let o8 = offset as usize;
         let v = u32::from_le_bytes(raw[o8..o8 + 4].try_into().unwrap());
         if v < 8 * bs as u32 {
             std::os::unix::fs::FileExt::write_all_at(
                 &std::fs::OpenOptions::new()
                     .write(true)
-                    .open(&img.0)
+                    .open(&img.path)
                     .unwrap(),
                 &u32::MAX.to_le_bytes(),
                 offset,
             )
             .unwrap();
         }
-        let o = fsck(&["-fn"], &img.0);
+        let o = fsck(&["-fn"], &img.path);
         assert_eq!(code(&o), Some(4), "{bs}-byte blocks: {}", text(&o));
         let out = String::from_utf8_lossy(&o.stdout);
         assert!(
@@ -231,7 +200,7 @@ fn corrupt_group_descriptor_exits_4() {
         );
         // e2fsck agrees that the descriptor is bad (it then falls back to
         // the backup descriptors, so its exit status says nothing).
-        let e = run("e2fsck", &["-fn"], Some(&img.0));
+        let e = run("e2fsck", &["-fn"], Some(&img.path));
         assert!(
             String::from_utf8_lossy(&e.stdout).contains("Corrupt group descriptor"),
             "e2fsck: {}",
@@ -249,7 +218,7 @@ fn conflicting_modes_exit_16() {
         &["-p", "-y"],
         &["-a", "-n"],
     ] {
-        let o = fsck(args, &img.0);
+        let o = fsck(args, &img.path);
         assert_eq!(code(&o), Some(16), "{args:?}: {}", text(&o));
         assert!(
             String::from_utf8_lossy(&o.stderr).contains("only one"),
@@ -257,7 +226,7 @@ fn conflicting_modes_exit_16() {
             text(&o)
         );
     }
-    let o = fsck(&["--no-such-flag"], &img.0);
+    let o = fsck(&["--no-such-flag"], &img.path);
     assert_eq!(code(&o), Some(16), "unknown flag: {}", text(&o));
 }
 
@@ -266,21 +235,21 @@ fn conflicting_modes_exit_16() {
 #[test]
 fn optimize_directories() {
     let img = jbdfs_image("optimize", 8 << 20, 1024);
-    let o = fsck(&["-n", "-D"], &img.0);
+    let o = fsck(&["-n", "-D"], &img.path);
     assert_eq!(code(&o), Some(8), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stderr).contains("The -n and -D options are incompatible."),
         "{}",
         text(&o)
     );
-    let o = fsck(&["-fyD"], &img.0);
+    let o = fsck(&["-fyD"], &img.path);
     assert_eq!(code(&o), Some(0), "{}", text(&o));
     assert!(
         String::from_utf8_lossy(&o.stdout).contains("Pass 3A: Optimizing directories"),
         "{}",
         text(&o)
     );
-    let o = fsck(&["-fn"], &img.0);
+    let o = fsck(&["-fn"], &img.path);
     assert_eq!(code(&o), Some(0), "{}", text(&o));
 }
 

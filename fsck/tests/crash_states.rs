@@ -8,7 +8,6 @@
 //! an image e2fsck -fn finds clean; and after a real replay e2fsck -fn must
 //! agree that it is clean.
 
-use std::process::Command;
 use std::sync::Arc;
 
 use jbdfs::device::{BlockDevice, Event, MemoryDevice, RecordingDevice};
@@ -63,31 +62,16 @@ fn record_workload() -> (Vec<u8>, Vec<Event>) {
 }
 
 fn state_at(base: &[u8], events: &[Event], upto: usize) -> Vec<u8> {
-    let mut img = base.to_vec();
-    for e in &events[..upto] {
-        if let Event::Write { offset, data } = e {
-            let o = *offset as usize;
-            img[o..o + data.len()].copy_from_slice(data);
-        }
-    }
-    img
+    jbdfs_testkit::crash::image_after(base, events, upto)
 }
 
 fn e2fsck_clean(img: &[u8], tag: &str) -> Result<(), String> {
-    let path =
-        std::env::temp_dir().join(format!("jbdfs-fsck-crash-{}-{tag}.img", std::process::id()));
-    std::fs::write(&path, img).unwrap();
-    let out = Command::new("e2fsck")
-        .arg("-fn")
-        .arg(&path)
-        .env("LC_ALL", "C")
-        .output();
-    let _ = std::fs::remove_file(&path);
-    let out = out.map_err(|e| format!("e2fsck: {e}"))?;
-    if out.status.success() {
+    let file = jbdfs_testkit::to_file(img, &format!("fsck-crash-{tag}"));
+    let out = jbdfs_testkit::e2fsck(&file.path);
+    if out.success() {
         Ok(())
     } else {
-        Err(String::from_utf8_lossy(&out.stdout).into_owned())
+        Err(out.describe())
     }
 }
 
@@ -101,10 +85,7 @@ fn opts(mode: Mode) -> FsckOptions {
 
 #[test]
 fn crash_states_check_clean_as_if_replayed() {
-    if Command::new("e2fsck").arg("-V").output().is_err() {
-        eprintln!("skipping: e2fsck is not installed");
-        return;
-    }
+    jbdfs_testkit::require!("e2fsck");
     let (base, events) = record_workload();
     let mut points: Vec<usize> = events
         .iter()

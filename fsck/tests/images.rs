@@ -5,60 +5,12 @@
 //! are, and the damaged corpus of scripts/fsck-corpus.sh must be judged as
 //! e2fsck judges it and repaired to an image e2fsck finds clean.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::path::Path;
+use std::process::Command;
+
+use jbdfs_testkit::{run, scratch_dir, Out, TempDir};
 
 const FSCK: &str = env!("CARGO_BIN_EXE_fsck-jbdfs");
-
-/// A scratch directory removed on drop.
-struct Dir(PathBuf);
-
-impl Dir {
-    fn new(tag: &str) -> Self {
-        let base = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let d = base.join(format!("jbdfs-fsck-{tag}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        Dir(d)
-    }
-}
-
-impl Drop for Dir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
-fn tools_missing() -> Option<&'static str> {
-    ["mke2fs", "debugfs", "e2fsck", "dumpe2fs"]
-        .into_iter()
-        .find(|t| {
-            !["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
-                .iter()
-                .any(|d| Path::new(d).join(t).exists())
-        })
-}
-
-fn run(prog: &str, args: &[&str]) -> Output {
-    Command::new(prog)
-        .args(args)
-        .env("LC_ALL", "C")
-        .env("PATH", "/usr/local/sbin:/usr/sbin:/sbin:/usr/bin:/bin")
-        .output()
-        .unwrap_or_else(|e| panic!("run {prog}: {e}"))
-}
-
-fn text(o: &Output) -> String {
-    format!(
-        "status: {:?}\nstdout:\n{}\nstderr:\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    )
-}
 
 /// A few directories and files, one large enough for indirect blocks.
 fn populate(img: &Path, dir: &Path) {
@@ -72,28 +24,23 @@ fn populate(img: &Path, dir: &Path) {
     std::fs::write(&script, cmds).unwrap();
     let o = run(
         "debugfs",
-        &[
+        [
             "-w",
             "-f",
             &script.to_string_lossy(),
             &img.to_string_lossy(),
         ],
     );
-    assert!(o.status.success(), "debugfs: {}", text(&o));
+    assert!(o.success(), "debugfs: {}", o.describe());
 }
 
 fn assert_clean_and_untouched(img: &Path, what: &str) {
-    let e = run("e2fsck", &["-fn", &img.to_string_lossy()]);
-    assert_eq!(e.status.code(), Some(0), "{what}: e2fsck: {}", text(&e));
+    let e = run("e2fsck", ["-fn", &img.to_string_lossy()]);
+    assert_eq!(e.code, Some(0), "{what}: e2fsck: {}", e.describe());
     let before = std::fs::read(img).unwrap();
     for flags in ["-fn", "-fy", "-fp"] {
-        let o = run(FSCK, &[flags, &img.to_string_lossy()]);
-        assert_eq!(
-            o.status.code(),
-            Some(0),
-            "{what}: fsck {flags}: {}",
-            text(&o)
-        );
+        let o = run(FSCK, [flags, &img.to_string_lossy()]);
+        assert_eq!(o.code, Some(0), "{what}: fsck {flags}: {}", o.describe());
         assert!(
             std::fs::read(img).unwrap() == before,
             "{what}: fsck {flags} changed the image"
@@ -103,17 +50,14 @@ fn assert_clean_and_untouched(img: &Path, what: &str) {
 
 #[test]
 fn clean_images_of_every_geometry_exit_0() {
-    if let Some(t) = tools_missing() {
-        eprintln!("skipping: {t} is not installed");
-        return;
-    }
-    let dir = Dir::new("clean");
+    jbdfs_testkit::require!(e2fsprogs);
+    let dir = TempDir::new_in(&scratch_dir(), "fsck-clean");
     for bs in [1024u32, 2048, 4096] {
         for isz in [128u16, 256] {
-            let img = dir.0.join(format!("e2-{bs}-{isz}.img"));
+            let img = dir.path.join(format!("e2-{bs}-{isz}.img"));
             let o = run(
                 "mke2fs",
-                &[
+                [
                     "-q",
                     "-F",
                     "-t",
@@ -126,11 +70,11 @@ fn clean_images_of_every_geometry_exit_0() {
                     "48M",
                 ],
             );
-            assert!(o.status.success(), "mke2fs: {}", text(&o));
-            populate(&img, &dir.0);
+            assert!(o.success(), "mke2fs: {}", o.describe());
+            populate(&img, &dir.path);
             assert_clean_and_untouched(&img, &format!("mke2fs -b {bs} -I {isz}"));
 
-            let img = dir.0.join(format!("jb-{bs}-{isz}.img"));
+            let img = dir.path.join(format!("jb-{bs}-{isz}.img"));
             let req = jbdfs::mkfs::Request {
                 options: jbdfs::mkfs::MkfsOptions {
                     block_size: Some(bs),
@@ -143,7 +87,7 @@ fn clean_images_of_every_geometry_exit_0() {
             };
             jbdfs::mkfs::make_filesystem(&img, &req).unwrap();
             assert_clean_and_untouched(&img, &format!("jbdfs mkfs -b {bs} -I {isz} (fresh)"));
-            populate(&img, &dir.0);
+            populate(&img, &dir.path);
             assert_clean_and_untouched(&img, &format!("jbdfs mkfs -b {bs} -I {isz}"));
         }
     }
@@ -154,11 +98,8 @@ fn clean_images_of_every_geometry_exit_0() {
 /// 120 damaged images in all. FSCK_CORPUS_BASES picks others (1k,2k,4k,jbdfs).
 #[test]
 fn damaged_corpus_agrees_with_e2fsck_and_is_repaired() {
-    if let Some(t) = tools_missing() {
-        eprintln!("skipping: {t} is not installed");
-        return;
-    }
-    let dir = Dir::new("corpus");
+    jbdfs_testkit::require!(e2fsprogs);
+    let dir = TempDir::new_in(&scratch_dir(), "fsck-corpus");
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
     let script = root.join("scripts/fsck-corpus.sh");
     let mkfs = Path::new(FSCK).with_file_name("mkfs-jbdfs");
@@ -166,17 +107,18 @@ fn damaged_corpus_agrees_with_e2fsck_and_is_repaired() {
     let bases = std::env::var("FSCK_CORPUS_BASES").unwrap_or_else(|_| default_bases.to_string());
     let o = Command::new("bash")
         .arg(&script)
-        .args(["all", &dir.0.to_string_lossy(), &bases])
+        .args(["all", &dir.path.to_string_lossy(), &bases])
         .env("FSCK", FSCK)
         .env("MKFS", &mkfs)
         .env("TIMEOUT", "60")
         .output()
         .unwrap();
-    let out = String::from_utf8_lossy(&o.stdout);
+    let o = Out::of("scripts/fsck-corpus.sh all", o);
+    let out = &o.stdout;
     eprintln!("{out}");
-    assert!(o.status.success(), "corpus check failed:\n{}", text(&o));
-    assert!(out.contains("agreement"), "{}", text(&o));
-    repaired_images_mount(&dir.0);
+    assert!(o.success(), "corpus check failed:\n{}", o.describe());
+    assert!(out.contains("agreement"), "{}", o.describe());
+    repaired_images_mount(&dir.path);
 }
 
 /// Every repairable image of the corpus, once `fsck -fy` is done with it,
@@ -190,11 +132,11 @@ fn repaired_images_mount(dir: &Path) {
         if !name.ends_with(".img") || name.contains("truncated") || name.contains("not-ext3") {
             continue;
         }
-        let o = run(FSCK, &["-fy", &path.to_string_lossy()]);
+        let o = run(FSCK, ["-fy", &path.to_string_lossy()]);
         assert!(
-            matches!(o.status.code(), Some(0 | 1)),
+            matches!(o.code, Some(0 | 1)),
             "{name}: fsck -fy: {}",
-            text(&o)
+            o.describe()
         );
         let mem = Arc::new(jbdfs::device::MemoryDevice::from_vec(
             std::fs::read(&path).unwrap(),
@@ -224,49 +166,35 @@ fn repaired_images_mount(dir: &Path) {
 /// nothing.
 #[test]
 fn a_damaged_resize_inode_is_recreated() {
-    if let Some(t) = tools_missing() {
-        if std::env::var_os("CI").is_some() {
-            panic!("CI is set but {t} is missing");
-        }
-        eprintln!("SKIP: {t} missing");
-        return;
-    }
-    let dir = Dir::new("resize");
+    jbdfs_testkit::require!(e2fsprogs);
+    let dir = TempDir::new_in(&scratch_dir(), "fsck-resize");
     for (bs, damage) in [
         ("1024", "clri <7>"),
         ("4096", "clri <7>"),
         ("1024", "sif <7> block[DIND] 5000"),
     ] {
-        let img = dir.0.join(format!("r{bs}.img"));
+        let img = dir.path.join(format!("r{bs}.img"));
         let img_s = img.to_str().unwrap();
         let _ = std::fs::remove_file(&img);
-        let mk = run(
-            "mke2fs",
-            &["-q", "-F", "-t", "ext3", "-b", bs, img_s, "64M"],
-        );
-        assert!(mk.status.success(), "{}", text(&mk));
-        let dmg = run("debugfs", &["-w", "-R", damage, img_s]);
-        assert!(dmg.status.success(), "{}", text(&dmg));
-        let reference = dir.0.join("ref.img");
+        let mk = run("mke2fs", ["-q", "-F", "-t", "ext3", "-b", bs, img_s, "64M"]);
+        assert!(mk.success(), "{}", mk.describe());
+        let dmg = run("debugfs", ["-w", "-R", damage, img_s]);
+        assert!(dmg.success(), "{}", dmg.describe());
+        let reference = dir.path.join("ref.img");
         std::fs::copy(&img, &reference).unwrap();
-        let fixed = run(FSCK, &["-fy", img_s]);
-        assert_eq!(
-            fixed.status.code(),
-            Some(1),
-            "{bs}, {damage}: {}",
-            text(&fixed)
-        );
+        let fixed = run(FSCK, ["-fy", img_s]);
+        assert_eq!(fixed.code, Some(1), "{bs}, {damage}: {}", fixed.describe());
         assert!(
-            String::from_utf8_lossy(&fixed.stdout).contains("Resize inode not valid"),
+            fixed.stdout.contains("Resize inode not valid"),
             "{}",
-            text(&fixed)
+            fixed.describe()
         );
         assert_clean_and_untouched(&img, &format!("{bs}-byte blocks after {damage}"));
-        let e = run("e2fsck", &["-fy", reference.to_str().unwrap()]);
-        assert_eq!(e.status.code(), Some(1), "{}", text(&e));
+        let e = run("e2fsck", ["-fy", reference.to_str().unwrap()]);
+        assert_eq!(e.code, Some(1), "{}", e.describe());
         let blocks = |p: &Path| {
-            let o = run("debugfs", &["-R", "stat <7>", p.to_str().unwrap()]);
-            let s = String::from_utf8_lossy(&o.stdout).into_owned();
+            let o = run("debugfs", ["-R", "stat <7>", p.to_str().unwrap()]);
+            let s = o.stdout.clone();
             s.lines()
                 .filter(|l| l.contains("Size:") || l.contains("(DIND)") || l.contains("TOTAL"))
                 .map(|l| l.split("Size:").last().unwrap_or(l).to_string())

@@ -7,8 +7,7 @@
 //! as they come out of `e2fsck -yf`. Linux on x86 cannot mount these
 //! images (blocks larger than its pages), so e2fsprogs is the oracle.
 
-#[path = "../../tests/common/mod.rs"]
-mod common;
+use jbdfs_testkit as common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -18,22 +17,16 @@ use jbdfs::device::{FileDevice, OpenOptions};
 use jbdfs::format::InodeNo;
 use jbdfs::fs::namei::Caller;
 use jbdfs::fs::{Filesystem, MountConfig};
+use jbdfs_testkit::require::Need;
 
 const FSCK: &str = env!("CARGO_BIN_EXE_fsck-jbdfs");
 const ROOT: InodeNo = InodeNo(2);
 const ME: Caller = Caller { uid: 0, gid: 0 };
 
 /// e2fsprogs' test suite (the `tests/` folder of e2fsprogs, tarred); the
-/// e2fsprogs-image test is skipped without it.
-const E2FSPROGS_TESTS: &str = "/work/shared/e2fsprogs/e2fsprogs-tests-a9f482e5.tar.gz";
-
-fn tools_missing() -> Option<&'static str> {
-    ["mke2fs", "debugfs", "e2fsck"].into_iter().find(|t| {
-        !["/usr/sbin", "/sbin", "/usr/bin", "/bin"]
-            .iter()
-            .any(|d| Path::new(d).join(t).exists())
-    })
-}
+/// e2fsprogs-image test is skipped without it (a failure with
+/// JBDFS_REQUIRE_ORACLES=1). Where: [`common::shared_file`].
+const E2FSPROGS_TESTS: &str = "e2fsprogs/e2fsprogs-tests-a9f482e5.tar.gz";
 
 /// Makes the image with the mkfs.jbdfs binary when it was built beside
 /// fsck-jbdfs (a workspace build), else with the library call it wraps.
@@ -56,11 +49,6 @@ fn mkfs(img: &Path, bs: u32, size: &str) {
         ..Default::default()
     };
     jbdfs::mkfs::make_filesystem(img, &req).unwrap();
-}
-
-fn e2fsck_clean(img: &Path, what: &str) {
-    let o = run("e2fsck", [Path::new("-fn"), img]);
-    assert!(o.success(), "{what}: e2fsck -fn:\n{}", o.describe());
 }
 
 /// fsck.jbdfs -fn exits 0 and leaves the image as it was.
@@ -208,10 +196,7 @@ fn check_with_debugfs(img: &Path, bs: u32, data: &[u8], dir: &Path) {
 
 #[test]
 fn mkfs_large_blocks_are_clean_and_readable_by_e2fsprogs() {
-    if let Some(t) = tools_missing() {
-        eprintln!("skipping: {t} is not installed");
-        return;
-    }
+    jbdfs_testkit::require!(e2fsprogs);
     let dir = TempDir::new("large-blocks");
     for bs in [8192u32, 16384, 65536] {
         let what = format!("mkfs.jbdfs -b {bs}");
@@ -220,7 +205,7 @@ fn mkfs_large_blocks_are_clean_and_readable_by_e2fsprogs() {
         let h = common::dumpe2fs_header(&img.path);
         assert_eq!(h.num("Block size"), u64::from(bs), "{what}");
         assert_eq!(h.num("First block"), 0, "{what}");
-        e2fsck_clean(&img.path, &format!("{what} (fresh)"));
+        common::assert_e2fsck_clean(&img.path, &format!("{what} (fresh)"));
         fsck_clean(&img.path, &format!("{what} (fresh)"));
         if bs == 65536 {
             // jbdfs indexes /dir where dir_index is on; the emptied-block
@@ -230,7 +215,7 @@ fn mkfs_large_blocks_are_clean_and_readable_by_e2fsprogs() {
         }
 
         let data = fill(&img.path, bs);
-        e2fsck_clean(&img.path, &what);
+        common::assert_e2fsck_clean(&img.path, &what);
         let o = fsck_clean(&img.path, &what);
         assert!(o.stdout.contains("Pass 5"), "{what}: {}", o.describe());
         check_with_debugfs(&img.path, bs, &data, &dir.path);
@@ -272,11 +257,9 @@ fn transcript(o: &Out, img: &Path) -> String {
 
 #[test]
 fn e2fsprogs_large_block_images_are_checked_as_e2fsck_checks_them() {
-    let tarball = Path::new(E2FSPROGS_TESTS);
-    if !tarball.exists() || tools_missing().is_some() {
-        eprintln!("skipping: {E2FSPROGS_TESTS} or e2fsprogs is missing");
-        return;
-    }
+    let tarball = common::shared_file(E2FSPROGS_TESTS);
+    jbdfs_testkit::require!(e2fsprogs, (Need::File(tarball.clone())));
+    let tarball = tarball.as_path();
     let dir = TempDir::new("e2fsprogs-large");
     for case in ["f_8192_block", "f_16384_block"] {
         let (img, expect) = e2fsprogs_image(tarball, case, &dir.path);
@@ -290,7 +273,7 @@ fn e2fsprogs_large_block_images_are_checked_as_e2fsck_checks_them() {
             "{case}: fsck.jbdfs -yf and e2fsck -yf differ"
         );
         assert_eq!(transcript(&ours, &img), expect, "{case}: expect.1");
-        e2fsck_clean(&img, case);
+        common::assert_e2fsck_clean(&img, case);
         fsck_clean(&img, case);
     }
 }

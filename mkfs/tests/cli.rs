@@ -3,37 +3,13 @@
 //! The mkfs.jbdfs command line: help, argument errors that leave the
 //! target alone, -n, -F, -L/-U and sizes in blocks.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 use std::time::SystemTime;
 
+use jbdfs_testkit::TempImage;
+
 const MKFS: &str = env!("CARGO_BIN_EXE_mkfs-jbdfs");
-
-/// A path removed on drop; the file is not created.
-struct Scratch(PathBuf);
-
-impl Scratch {
-    fn new(tag: &str) -> Self {
-        use std::sync::atomic::{AtomicU32, Ordering};
-        static N: AtomicU32 = AtomicU32::new(0);
-        let dir = if Path::new("/dev/shm").is_dir() {
-            PathBuf::from("/dev/shm")
-        } else {
-            std::env::temp_dir()
-        };
-        let n = N.fetch_add(1, Ordering::Relaxed);
-        Scratch(dir.join(format!(
-            "jbdfs-mkfs-cli-{}-{tag}-{n}.img",
-            std::process::id()
-        )))
-    }
-}
-
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_file(&self.0);
-    }
-}
 
 fn mkfs(args: &[&str], target: &Path, size: Option<&str>) -> Output {
     let mut c = Command::new(MKFS);
@@ -89,29 +65,29 @@ fn assert_untouched(path: &Path, before: &(Vec<u8>, SystemTime), what: &str) {
 }
 
 /// A 4 MiB file of non-zero, non-filesystem bytes.
-fn junk_file(tag: &str) -> Scratch {
-    let s = Scratch::new(tag);
+fn junk_file(tag: &str) -> TempImage {
+    let s = TempImage::new(tag);
     let data: Vec<u8> = (0..4u32 << 20).map(|i| (i % 251) as u8 | 1).collect();
-    std::fs::write(&s.0, data).unwrap();
+    std::fs::write(&s.path, data).unwrap();
     // Make the mtime distinguishable from "now".
     let old = SystemTime::now() - std::time::Duration::from_secs(3600);
     std::fs::File::options()
         .write(true)
-        .open(&s.0)
+        .open(&s.path)
         .unwrap()
         .set_modified(old)
         .unwrap();
     s
 }
 
-fn make_fs(tag: &str, size: &str) -> Scratch {
-    let s = Scratch::new(tag);
-    let o = mkfs(&["-q"], &s.0, Some(size));
+fn make_fs(tag: &str, size: &str) -> TempImage {
+    let s = TempImage::new(tag);
+    let o = mkfs(&["-q"], &s.path, Some(size));
     assert!(o.status.success(), "mkfs failed: {}", text(&o));
     let old = SystemTime::now() - std::time::Duration::from_secs(3600);
     std::fs::File::options()
         .write(true)
-        .open(&s.0)
+        .open(&s.path)
         .unwrap()
         .set_modified(old)
         .unwrap();
@@ -158,23 +134,23 @@ fn bad_arguments_fail_without_touching_the_target() {
         let what = format!("mkfs-jbdfs {} IMG {}", args.join(" "), size.unwrap_or(""));
         // An existing file that holds no filesystem.
         let junk = junk_file("junk");
-        let before = snapshot(&junk.0);
-        let o = mkfs(args, &junk.0, *size);
+        let before = snapshot(&junk.path);
+        let o = mkfs(args, &junk.path, *size);
         assert!(!o.status.success(), "{what} succeeded: {}", text(&o));
         assert!(
             stderr(&o).contains(want),
             "{what}: stderr does not mention '{want}': {}",
             text(&o)
         );
-        assert_untouched(&junk.0, &before, &what);
+        assert_untouched(&junk.path, &before, &what);
         // A path that does not exist yet.
-        let missing = Scratch::new("missing");
-        let o = mkfs(args, &missing.0, *size);
+        let missing = TempImage::new("missing");
+        let o = mkfs(args, &missing.path, *size);
         assert!(!o.status.success(), "{what} succeeded: {}", text(&o));
         assert!(
-            !missing.0.exists(),
+            !missing.path.exists(),
             "{what}: a failed mkfs created {}",
-            missing.0.display()
+            missing.path.display()
         );
     }
 }
@@ -182,9 +158,9 @@ fn bad_arguments_fail_without_touching_the_target() {
 #[test]
 fn existing_filesystem_needs_force() {
     let fs = make_fs("existing", "8M");
-    let before = snapshot(&fs.0);
+    let before = snapshot(&fs.path);
     for args in [&[][..], &["-b", "4096"][..], &["-q"][..]] {
-        let o = mkfs(args, &fs.0, None);
+        let o = mkfs(args, &fs.path, None);
         assert!(!o.status.success(), "overwrote without -F: {}", text(&o));
         let err = stderr(&o);
         assert!(
@@ -192,90 +168,90 @@ fn existing_filesystem_needs_force() {
             "the refusal should name the filesystem found and -F: {}",
             text(&o)
         );
-        assert_untouched(&fs.0, &before, "mkfs without -F on a filesystem");
+        assert_untouched(&fs.path, &before, "mkfs without -F on a filesystem");
     }
     // With a size too.
-    let o = mkfs(&[], &fs.0, Some("8M"));
+    let o = mkfs(&[], &fs.path, Some("8M"));
     assert!(!o.status.success(), "overwrote without -F: {}", text(&o));
-    assert_untouched(&fs.0, &before, "mkfs IMG SIZE without -F");
+    assert_untouched(&fs.path, &before, "mkfs IMG SIZE without -F");
 
-    let uuid_before = dumpe2fs(&fs.0, "Filesystem UUID");
-    let o = mkfs(&["-q", "-F"], &fs.0, None);
+    let uuid_before = dumpe2fs(&fs.path, "Filesystem UUID");
+    let o = mkfs(&["-q", "-F"], &fs.path, None);
     assert!(o.status.success(), "-F failed: {}", text(&o));
-    let uuid_after = dumpe2fs(&fs.0, "Filesystem UUID");
+    let uuid_after = dumpe2fs(&fs.path, "Filesystem UUID");
     assert_ne!(uuid_before, uuid_after, "-F should make a new filesystem");
-    assert_eq!(std::fs::metadata(&fs.0).unwrap().len(), 8 << 20);
+    assert_eq!(std::fs::metadata(&fs.path).unwrap().len(), 8 << 20);
 }
 
 #[test]
 fn missing_path_without_size_fails_and_creates_nothing() {
-    let s = Scratch::new("nosize");
-    let o = mkfs(&[], &s.0, None);
+    let s = TempImage::new("nosize");
+    let o = mkfs(&[], &s.path, None);
     assert!(!o.status.success(), "{}", text(&o));
     assert!(
         stderr(&o).contains("does not exist"),
         "error should say the path does not exist: {}",
         text(&o)
     );
-    assert!(!s.0.exists());
+    assert!(!s.path.exists());
 }
 
 #[test]
 fn dry_run_writes_nothing() {
-    let s = Scratch::new("dry");
-    let o = mkfs(&["-n"], &s.0, Some("16M"));
+    let s = TempImage::new("dry");
+    let o = mkfs(&["-n"], &s.path, Some("16M"));
     assert!(o.status.success(), "{}", text(&o));
-    assert!(!s.0.exists(), "-n created the image");
+    assert!(!s.path.exists(), "-n created the image");
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(out.contains("16384 1k blocks"), "-n summary: {out}");
 
     let junk = junk_file("dry-junk");
-    let before = snapshot(&junk.0);
-    let o = mkfs(&["-n"], &junk.0, None);
+    let before = snapshot(&junk.path);
+    let o = mkfs(&["-n"], &junk.path, None);
     assert!(o.status.success(), "{}", text(&o));
-    assert_untouched(&junk.0, &before, "-n on an existing file");
+    assert_untouched(&junk.path, &before, "-n on an existing file");
 
     let fs = make_fs("dry-fs", "8M");
-    let before = snapshot(&fs.0);
-    let o = mkfs(&["-n", "-F"], &fs.0, None);
+    let before = snapshot(&fs.path);
+    let o = mkfs(&["-n", "-F"], &fs.path, None);
     assert!(o.status.success(), "{}", text(&o));
-    assert_untouched(&fs.0, &before, "-n -F on a filesystem");
+    assert_untouched(&fs.path, &before, "-n -F on a filesystem");
 }
 
 #[test]
 fn label_and_uuid_show_up_in_dumpe2fs() {
-    let s = Scratch::new("label");
+    let s = TempImage::new("label");
     let uuid = "0123abcd-4567-4890-8abc-def012345678";
-    let o = mkfs(&["-q", "-L", "my-volume", "-U", uuid], &s.0, Some("8M"));
+    let o = mkfs(&["-q", "-L", "my-volume", "-U", uuid], &s.path, Some("8M"));
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(dumpe2fs(&s.0, "Filesystem volume name"), "my-volume");
-    assert_eq!(dumpe2fs(&s.0, "Filesystem UUID"), uuid);
+    assert_eq!(dumpe2fs(&s.path, "Filesystem volume name"), "my-volume");
+    assert_eq!(dumpe2fs(&s.path, "Filesystem UUID"), uuid);
 }
 
 #[test]
 fn bare_size_counts_blocks_of_dash_b() {
-    let s = Scratch::new("blocks");
-    let o = mkfs(&["-q", "-b", "2048"], &s.0, Some("8192"));
+    let s = TempImage::new("blocks");
+    let o = mkfs(&["-q", "-b", "2048"], &s.path, Some("8192"));
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(dumpe2fs(&s.0, "Block size"), "2048");
-    assert_eq!(dumpe2fs(&s.0, "Block count"), "8192");
-    assert_eq!(std::fs::metadata(&s.0).unwrap().len(), 8192 * 2048);
+    assert_eq!(dumpe2fs(&s.path, "Block size"), "2048");
+    assert_eq!(dumpe2fs(&s.path, "Block count"), "8192");
+    assert_eq!(std::fs::metadata(&s.path).unwrap().len(), 8192 * 2048);
 
     // Without -b a bare number is KiB.
-    let s = Scratch::new("kib");
-    let o = mkfs(&["-q"], &s.0, Some("8192"));
+    let s = TempImage::new("kib");
+    let o = mkfs(&["-q"], &s.path, Some("8192"));
     assert!(o.status.success(), "{}", text(&o));
-    assert_eq!(std::fs::metadata(&s.0).unwrap().len(), 8192 * 1024);
+    assert_eq!(std::fs::metadata(&s.path).unwrap().len(), 8192 * 1024);
 }
 
 #[test]
 fn summary_names_block_and_inode_counts() {
-    let s = Scratch::new("summary");
-    let o = mkfs(&["-b", "4096", "-N", "5000"], &s.0, Some("64M"));
+    let s = TempImage::new("summary");
+    let o = mkfs(&["-b", "4096", "-N", "5000"], &s.path, Some("64M"));
     assert!(o.status.success(), "{}", text(&o));
     let out = String::from_utf8_lossy(&o.stdout);
-    let blocks = dumpe2fs(&s.0, "Block count");
-    let inodes = dumpe2fs(&s.0, "Inode count");
+    let blocks = dumpe2fs(&s.path, "Block count");
+    let inodes = dumpe2fs(&s.path, "Inode count");
     assert_eq!(blocks, "16384");
     assert!(
         inodes.parse::<u64>().unwrap() >= 5000,
@@ -290,12 +266,12 @@ fn summary_names_block_and_inode_counts() {
         "summary does not name the inode count {inodes}:\n{out}"
     );
     assert!(
-        out.contains(&dumpe2fs(&s.0, "Filesystem UUID")),
+        out.contains(&dumpe2fs(&s.path, "Filesystem UUID")),
         "summary does not name the UUID:\n{out}"
     );
 
-    let q = Scratch::new("quiet");
-    let o = mkfs(&["-q"], &q.0, Some("8M"));
+    let q = TempImage::new("quiet");
+    let o = mkfs(&["-q"], &q.path, Some("8M"));
     assert!(o.status.success(), "{}", text(&o));
     assert!(o.stdout.is_empty(), "-q printed: {}", text(&o));
 }

@@ -11,8 +11,10 @@
 //!   for tests that must go through the kernel: started with a timeout,
 //!   stopped by unmounting, its exit status and stderr kept.
 //!
-//! Include it with `mod daemon_common;` beside tests/common (as `common`).
-#![allow(dead_code)]
+//! The daemon is the `jbdfs` binary, found by [`jbdfs_bin`]: this crate
+//! does not link the daemon (nor fuser). The in-process transport value
+//! (`jbdfs_daemon::fuse::Transport`) is the daemon tests' to make from
+//! [`TestTransport`].
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -20,10 +22,13 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
-use jbdfs_daemon::fuse::Transport;
-
 /// The kernel's switch for FUSE over io_uring (Y or N; root writes 1 or 0).
 pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
+
+/// The daemon's default depth of an io_uring queue
+/// (`jbdfs_daemon::fuse::uring::DEFAULT_DEPTH`; daemon/tests/fuse_mount.rs
+/// checks at compile time that the two agree).
+pub const URING_DEPTH: u32 = 8;
 
 /// The environment variable that picks the transport of a test run.
 pub const TRANSPORT_ENV: &str = "JBDFS_TEST_TRANSPORT";
@@ -40,16 +45,6 @@ pub enum TestTransport {
 }
 
 impl TestTransport {
-    /// The value for `DaemonConfig::transport`.
-    pub fn transport(self) -> Transport {
-        match self {
-            TestTransport::DevFuse => Transport::DevFuse,
-            TestTransport::IoUring => Transport::IoUring {
-                depth: jbdfs_daemon::fuse::uring::DEFAULT_DEPTH,
-            },
-        }
-    }
-
     /// The `-o` option that asks the daemon for it. Explicit both ways:
     /// without either, the daemon picks io_uring whenever enable_uring is
     /// on.
@@ -76,7 +71,7 @@ impl TestTransport {
             TestTransport::IoUring => format!(
                 "transport: io_uring, {} queues, depth {}",
                 possible_cpus(),
-                jbdfs_daemon::fuse::uring::DEFAULT_DEPTH
+                URING_DEPTH
             ),
         }
     }
@@ -237,26 +232,48 @@ impl Drop for UringSwitchedOff {
     }
 }
 
-/// A fresh jbdfs image of `size` bytes with 4 KiB blocks, removed on drop.
-pub fn image_4k(tag: &str, size: u64) -> crate::common::TempImage {
-    let opts = jbdfs::mkfs::MkfsOptions {
-        block_size: Some(4096),
-        ..Default::default()
-    };
-    crate::common::jbdfs_image_with(tag, opts, size)
+/// The `jbdfs` daemon binary: `$JBDFS_BIN` when set, else the one Cargo
+/// built beside this test binary (target/PROFILE/jbdfs; test binaries
+/// live in target/PROFILE/deps). Cargo builds it for jbdfs-daemon's own
+/// tests (they also have it as `CARGO_BIN_EXE_jbdfs`) and in any
+/// workspace build.
+pub fn jbdfs_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("JBDFS_BIN") {
+        return PathBuf::from(p);
+    }
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let mut dir = exe
+        .parent()
+        .expect("the test binary's directory")
+        .to_path_buf();
+    if dir.ends_with("deps") {
+        dir.pop();
+    }
+    let bin = dir.join("jbdfs");
+    assert!(
+        bin.is_file(),
+        "no jbdfs binary at {} (build the workspace, or set JBDFS_BIN)",
+        bin.display()
+    );
+    bin
 }
 
-/// Why FUSE tests cannot run here, if they cannot.
-pub fn cannot_fuse() -> Option<String> {
-    if !Path::new("/dev/fuse").exists() {
-        return Some("no /dev/fuse".into());
-    }
-    if !crate::common::is_root() {
-        return Some("not root".into());
-    }
-    None
+/// Whether a FUSE filesystem is mounted on `path` (canonical), from
+/// /proc/self/mountinfo, as `jbdfs_daemon::daemon::is_mounted` does.
+pub fn is_fuse_mounted(path: &Path) -> bool {
+    let want = path.to_string_lossy();
+    std::fs::read_to_string("/proc/self/mountinfo").is_ok_and(|info| {
+        // "ID PARENT MAJ:MIN ROOT MOUNTPOINT OPTIONS... - FSTYPE SOURCE ..."
+        info.lines()
+            .filter_map(|l| l.split_once(" - "))
+            .any(|(mount, fs)| {
+                mount.split(' ').nth(4) == Some(want.as_ref()) && fs.starts_with("fuse")
+            })
+    })
 }
 
+/// A running daemon, unmounted and killed on drop if the test did not
+/// stop it.
 pub struct Daemon {
     child: Option<Child>,
     pub dir: PathBuf,
@@ -312,7 +329,7 @@ impl Daemon {
         turn: Option<SwitchTurn>,
         timeout: Duration,
     ) -> Result<Daemon, Exited> {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_jbdfs"));
+        let mut cmd = Command::new(jbdfs_bin());
         cmd.arg("-f").arg(image).arg(dir);
         if !opts.is_empty() {
             cmd.arg("-o").arg(opts);
@@ -327,7 +344,7 @@ impl Daemon {
         let canon = std::fs::canonicalize(dir).unwrap();
         let deadline = Instant::now() + timeout;
         loop {
-            if jbdfs_daemon::daemon::is_mounted(&canon) {
+            if is_fuse_mounted(&canon) {
                 return Ok(Daemon {
                     child: Some(child),
                     dir: dir.to_path_buf(),
@@ -433,7 +450,7 @@ pub struct UnmountOnDrop(pub PathBuf);
 impl Drop for UnmountOnDrop {
     fn drop(&mut self) {
         if let Ok(canon) = std::fs::canonicalize(&self.0) {
-            if jbdfs_daemon::daemon::is_mounted(&canon) {
+            if is_fuse_mounted(&canon) {
                 lazy_umount(&self.0);
             }
         }
@@ -457,17 +474,4 @@ impl Drop for Daemon {
             let _ = c.wait();
         }
     }
-}
-
-/// Whether FUSE tests can run here; skips loudly (or fails, with CI set)
-/// when not.
-pub fn can_mount(test: &str) -> bool {
-    let Some(why) = cannot_fuse() else {
-        return true;
-    };
-    if std::env::var_os("CI").is_some() {
-        panic!("{test}: CI is set but FUSE tests cannot run: {why}");
-    }
-    eprintln!("SKIP {test}: {why} (FUSE tests need root and /dev/fuse)");
-    false
 }

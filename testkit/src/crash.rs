@@ -1,12 +1,10 @@
 //! Helpers shared by the in-process crash tests: a fresh small image and
 //! the device rebuilt from a recorded log.
-#![allow(dead_code)]
 
 use std::sync::Arc;
 
 use jbdfs::device::{Event, MemoryDevice};
-use jbdfs::mkfs::{format, plan, MkfsOptions, Zeroed};
-use jbdfs::util::Progress;
+use jbdfs::mkfs::MkfsOptions;
 
 /// A fresh jbdfs image of `size` bytes with 1 KiB blocks, in memory.
 pub fn fresh_image(size: u64) -> Arc<MemoryDevice> {
@@ -14,10 +12,7 @@ pub fn fresh_image(size: u64) -> Arc<MemoryDevice> {
         block_size: Some(1024),
         ..Default::default()
     };
-    let mem = Arc::new(MemoryDevice::new(size).unwrap());
-    let g = plan(&opts, size).unwrap();
-    format(&*mem, &opts, &g, Zeroed::All, &mut Progress::quiet()).unwrap();
-    mem
+    crate::images::mem_image(size, &opts)
 }
 
 /// Applies the writes among `events` to `img`.
