@@ -535,15 +535,7 @@ mod tests {
     use super::*;
 
     /// Deterministic xorshift64, so failures reproduce.
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
+    use crate::util::rng::Rng;
 
     fn names(block: &[u8]) -> Vec<Vec<u8>> {
         iter_block(block, None)
@@ -721,7 +713,7 @@ mod tests {
 
     #[test]
     fn random_and_truncated_blocks_never_panic() {
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
         let good = new_dir_block(1024, InodeNo(2), InodeNo(2)).unwrap();
         for round in 0..3000 {
             let len = (rng.next() % 1100) as usize;
@@ -741,7 +733,7 @@ mod tests {
     /// low bits set) must be reported, never panic or loop.
     #[test]
     fn damaged_64k_blocks_never_panic() {
-        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
         let mut good = new_dir_block(65536, InodeNo(2), InodeNo(2)).unwrap();
         for i in 0..20u32 {
             let name = format!("name{i}");

@@ -541,15 +541,7 @@ pub fn unescape(block: &mut [u8]) {
 mod tests {
     use super::*;
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
+    use crate::util::rng::Rng;
 
     const UUID: [u8; 16] = [7; 16];
 
@@ -715,7 +707,7 @@ mod tests {
 
     #[test]
     fn random_and_truncated_blocks_never_panic() {
-        let mut rng = Rng(0x1234_5678_9abc_def1);
+        let mut rng = Rng::new(0x1234_5678_9abc_def1);
         let templates = [
             JournalSuperblock::new(1024, 64, UUID)
                 .unwrap()

@@ -535,15 +535,7 @@ pub fn build_ibody(area_len: usize, list: &[Xattr]) -> Result<Option<Vec<u8>>, F
 mod tests {
     use super::*;
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
+    use crate::util::rng::Rng;
 
     fn x(full: &str, value: &[u8]) -> Xattr {
         Xattr::from_full_name(full.as_bytes(), value.to_vec()).unwrap()
@@ -689,7 +681,7 @@ mod tests {
 
     #[test]
     fn random_and_truncated_input_never_panics() {
-        let mut rng = Rng(0xdead_beef_cafe_f00d);
+        let mut rng = Rng::new(0xdead_beef_cafe_f00d);
         let good = build_block(1024, 1, &sample()).unwrap().unwrap();
         let ibody = build_ibody(160, &sample()[..3]).unwrap().unwrap();
         for round in 0..5000 {
