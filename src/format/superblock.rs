@@ -514,6 +514,22 @@ impl Superblock {
         1024u32 << self.s_log_block_size.min(EXT2_MAX_BLOCK_LOG_SIZE - 10)
     }
 
+    /// Whether a device of `device_bytes` holds all `s_blocks_count`
+    /// blocks: reads index the device by them, and a short device would
+    /// turn corruption into confusing I/O errors.
+    pub fn check_fits(&self, device_bytes: u64) -> Result<(), FormatError> {
+        let needed = u64::from(self.s_blocks_count) * u64::from(self.block_size());
+        if needed > device_bytes {
+            return Err(FormatError::bad_field(
+                "superblock",
+                "s_blocks_count",
+                self.s_blocks_count,
+                "the filesystem is larger than the device",
+            ));
+        }
+        Ok(())
+    }
+
     /// e2fsck's bound on `s_blocks_per_group`: one bitmap block's bits, and
     /// `EXT2_MAX_BLOCKS_PER_GROUP` so that a group's free count fits the
     /// descriptor's 16 bits (it binds from 8 KiB blocks on).

@@ -302,16 +302,8 @@ impl Filesystem {
         let free_blocks: i64 = descs.iter().map(|d| d.bg_free_blocks_count as i64).sum();
         let free_inodes: i64 = descs.iter().map(|d| d.bg_free_inodes_count as i64).sum();
         let block_size = sb.block_size();
-        let needed = sb.s_blocks_count as u64 * block_size as u64;
-        if needed > dev.size() {
-            let err = FormatError::bad_field(
-                "superblock",
-                "s_blocks_count",
-                sb.s_blocks_count,
-                "the filesystem is larger than the device",
-            );
-            return Err(Corruption::new(Location::Superblock, err).into());
-        }
+        sb.check_fits(dev.size())
+            .map_err(|e| Corruption::new(Location::Superblock, e))?;
         let data_limit = data_queue_limit(config.cache_size);
         let errors = ErrorState::new(
             config.errors,

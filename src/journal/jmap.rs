@@ -120,17 +120,8 @@ pub fn backup_inode(sb: &Superblock) -> Option<Inode> {
 /// Later reads index the device by `s_blocks_count`; a short device would
 /// turn corruption into confusing I/O errors.
 fn check_device_holds_fs(dev: &dyn BlockDevice, sb: &Superblock) -> Result<(), RecoveryError> {
-    let needed = u64::from(sb.s_blocks_count) * u64::from(sb.block_size());
-    if needed > dev.size() {
-        let err = FormatError::bad_field(
-            "superblock",
-            "s_blocks_count",
-            sb.s_blocks_count,
-            "the filesystem is larger than the device",
-        );
-        return Err(Corruption::new(Location::Superblock, err).into());
-    }
-    Ok(())
+    sb.check_fits(dev.size())
+        .map_err(|e| Corruption::new(Location::Superblock, e).into())
 }
 
 fn corrupt(at: Location, field: &'static str, value: u32, reason: &'static str) -> RecoveryError {
