@@ -482,8 +482,14 @@ fn a_server_killed_mid_workload_loses_nothing_fsynced() {
     server.spawn();
     std::thread::sleep(Duration::from_millis(1500));
     done.store(true, Ordering::Relaxed);
-    for w in writers {
-        w.join().expect("a writer failed");
+    let failed = writers
+        .into_iter()
+        .map(|w| w.join().is_err())
+        .fold(false, |a, b| a | b);
+    if failed {
+        // The daemon's log says why it did not ride out the restart.
+        let exited = stop(daemon);
+        panic!("a writer failed (its message is above); the daemon: {exited:?}");
     }
     let synced = std::mem::take(&mut *synced.lock().unwrap());
     assert!(
