@@ -26,10 +26,11 @@ libfuse3-dev   -
 pkg-config     pkg-config
 e2fsprogs      mke2fs e2fsck debugfs dumpe2fs
 acl            setfacl getfacl
+attr           getfattr setfattr
 xfsprogs       mkfs.xfs
 fuse2fs        fuse2fs
 fsmark         fs_mark
-util-linux     -
+util-linux     blockdev setpriv fstrim
 mount          mount losetup
 kmod           modprobe
 python3        python3
