@@ -287,7 +287,7 @@ fn open_source(
 
 /// Opens an image file or block device, or refuses with who holds it: at
 /// once when it is mounted elsewhere, after [`LOCK_WAIT`] when it is only
-/// locked or is mounted on `mountpoint` itself (an unmount of it may be
+/// locked (a block device: held) or is mounted on `mountpoint` itself (an unmount of it may be
 /// under way: `umount DIR & mount IMAGE DIR`, fstests generic/604).
 fn open_file(source: &Path, mountpoint: &Path, opts: OpenOptions) -> anyhow::Result<FileDevice> {
     let here = std::fs::canonicalize(mountpoint).ok();
@@ -297,6 +297,16 @@ fn open_file(source: &Path, mountpoint: &Path, opts: OpenOptions) -> anyhow::Res
             Ok(dev) => return Ok(dev),
             Err(e) => e,
         };
+        if held_block_device(&err, source) {
+            // O_EXCL, not a lock: the holder is only found by its mount.
+            let on = lock::mount_point_of(source);
+            if (on.is_some() && on != here) || Instant::now() >= deadline {
+                let at = on.map_or(String::new(), |m| format!(", mounted on {}", m.display()));
+                anyhow::bail!("{}: in use{at}: {err}", source.display());
+            }
+            std::thread::sleep(Duration::from_millis(5));
+            continue;
+        }
         let Some(busy) = lock::in_use(&err) else {
             return Err(anyhow::anyhow!("{}: {err}", source.display()));
         };
@@ -312,6 +322,14 @@ fn open_file(source: &Path, mountpoint: &Path, opts: OpenOptions) -> anyhow::Res
         };
         wait_unlocked(source, kind, deadline);
     }
+}
+
+/// EBUSY from opening a block device with O_EXCL: another holder, such
+/// as a daemon still closing it after an unmount.
+fn held_block_device(err: &io::Error, source: &Path) -> bool {
+    use std::os::unix::fs::FileTypeExt;
+    err.raw_os_error() == Some(libc::EBUSY)
+        && std::fs::metadata(source).is_ok_and(|m| m.file_type().is_block_device())
 }
 
 /// Polls until a `kind` lock on `source` would be granted, or `deadline`.

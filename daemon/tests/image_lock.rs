@@ -686,3 +686,40 @@ fn a_write_protected_block_device_mounts_read_only() {
     drop(dev);
     fx.e2fsck_clean("a write-protected device after a read-only mount");
 }
+
+/// A block device is held with O_EXCL, not locked: a mount right after
+/// `fusermount3 -u` (which does not wait for the daemon) met EBUSY while
+/// the old daemon was still writing the image back (fstests generic/604 on
+/// a loop device). It now waits for the device as it waits for an image
+/// file's lock, and still refuses at once a device mounted elsewhere.
+#[test]
+fn a_block_device_remounted_at_once_waits_for_the_old_daemon() {
+    let Some(_turn) = ready("a_block_device_remounted_at_once_waits_for_the_old_daemon") else {
+        return;
+    };
+    jbdfs_testkit::require!(loop);
+    let fx = Fixture {
+        image: common::image_4k("busydev", 256 << 20),
+        dir: TempDir::new("busydev"),
+    };
+    let (a, b) = (fx.mnt("a"), fx.mnt("b"));
+    let dev = common::LoopDevice::attach(&fx.image.path).expect("losetup");
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/umount.fuse.jbdfs");
+    for round in 0..3 {
+        let out = jbdfs(&[s(&dev.path), s(&a)]);
+        assert!(out.success(), "round {round}: mount:\n{}", out.describe());
+        let elsewhere = jbdfs(&[s(&dev.path), s(&b)]);
+        assert!(!elsewhere.success(), "a second mount of a mounted device");
+        assert!(elsewhere.stderr.contains("mounted on"), "{}", elsewhere.describe());
+        for i in 0..200 {
+            std::fs::write(a.join(format!("r{round}-{i}")), vec![i as u8; 8192]).unwrap();
+        }
+        common::run("fusermount3", ["-u", s(&a)]).expect_ok();
+        let again = jbdfs(&[s(&dev.path), s(&a)]);
+        assert!(again.success(), "round {round}: mount at once:\n{}", again.describe());
+        assert_eq!(std::fs::read(a.join(format!("r{round}-199"))).unwrap(), vec![199u8; 8192]);
+        common::run(s(&helper), [s(&a)]).expect_ok();
+    }
+    drop(dev);
+    fx.e2fsck_clean("a device mounted again at once, three times");
+}
