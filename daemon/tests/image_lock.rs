@@ -710,14 +710,25 @@ fn a_block_device_remounted_at_once_waits_for_the_old_daemon() {
         assert!(out.success(), "round {round}: mount:\n{}", out.describe());
         let elsewhere = jbdfs(&[s(&dev.path), s(&b)]);
         assert!(!elsewhere.success(), "a second mount of a mounted device");
-        assert!(elsewhere.stderr.contains("mounted on"), "{}", elsewhere.describe());
+        assert!(
+            elsewhere.stderr.contains("mounted on"),
+            "{}",
+            elsewhere.describe()
+        );
         for i in 0..200 {
             std::fs::write(a.join(format!("r{round}-{i}")), vec![i as u8; 8192]).unwrap();
         }
         common::run("fusermount3", ["-u", s(&a)]).expect_ok();
         let again = jbdfs(&[s(&dev.path), s(&a)]);
-        assert!(again.success(), "round {round}: mount at once:\n{}", again.describe());
-        assert_eq!(std::fs::read(a.join(format!("r{round}-199"))).unwrap(), vec![199u8; 8192]);
+        assert!(
+            again.success(),
+            "round {round}: mount at once:\n{}",
+            again.describe()
+        );
+        assert_eq!(
+            std::fs::read(a.join(format!("r{round}-199"))).unwrap(),
+            vec![199u8; 8192]
+        );
         common::run(s(&helper), [s(&a)]).expect_ok();
     }
     drop(dev);
