@@ -287,8 +287,9 @@ fn open_source(
 
 /// Opens an image file or block device, or refuses with who holds it: at
 /// once when it is mounted elsewhere, after [`LOCK_WAIT`] when it is only
-/// locked (a block device: held) or is mounted on `mountpoint` itself (an unmount of it may be
-/// under way: `umount DIR & mount IMAGE DIR`, fstests generic/604).
+/// locked (a block device: held) or is mounted on `mountpoint` itself (an
+/// unmount of it may be under way: `umount DIR & mount IMAGE DIR`, fstests
+/// generic/604).
 fn open_file(source: &Path, mountpoint: &Path, opts: OpenOptions) -> anyhow::Result<FileDevice> {
     let here = std::fs::canonicalize(mountpoint).ok();
     let deadline = Instant::now() + LOCK_WAIT;

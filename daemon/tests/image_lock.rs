@@ -29,6 +29,12 @@ const DAEMON_LOCK_WAIT: Duration = Duration::from_secs(5);
 /// Where umount(8) looks for type helpers, whatever the install prefix.
 const UMOUNT_HELPER: &str = "/sbin/umount.fuse.jbdfs";
 
+/// The checkout's umount helper, run by hand: a block device's tests need
+/// it whether or not it is installed.
+fn checkout_umount_helper() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/umount.fuse.jbdfs")
+}
+
 /// One test at a time in this process: a child spawned for one test
 /// inherits, until it execs, whatever files another test has open on its
 /// mount, and an unmount at that moment fails with EBUSY.
@@ -232,14 +238,22 @@ struct Fixture {
 
 impl Fixture {
     fn new(tag: &str) -> Fixture {
-        let options = jbdfs::mkfs::MkfsOptions {
-            block_size: Some(4096),
-            ..Default::default()
-        };
+        Self::sized(tag, 64 << 20)
+    }
+
+    /// A fresh image of `size` bytes with 4 KiB blocks.
+    fn sized(tag: &str, size: u64) -> Fixture {
         Fixture {
-            image: common::jbdfs_image_with(tag, options, 64 << 20),
+            image: common::image_4k(tag, size),
             dir: TempDir::new(tag),
         }
+    }
+
+    /// [`Fixture::sized`], its image on a loop device.
+    fn on_loop_device(tag: &str, size: u64) -> (Fixture, common::LoopDevice) {
+        let fx = Self::sized(tag, size);
+        let dev = common::LoopDevice::attach(&fx.image.path).expect("losetup");
+        (fx, dev)
     }
 
     fn image(&self) -> &str {
@@ -566,19 +580,11 @@ fn the_umount_helper_waits_for_the_daemon_of_a_block_device() {
         return;
     };
     jbdfs_testkit::require!(loop);
-    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/umount.fuse.jbdfs");
+    let helper = checkout_umount_helper();
     // Big enough that the daemon's last close of the device, which
     // flushes its cache, takes a while.
-    let options = jbdfs::mkfs::MkfsOptions {
-        block_size: Some(4096),
-        ..Default::default()
-    };
-    let fx = Fixture {
-        image: common::jbdfs_image_with("blockdev", options, 1 << 30),
-        dir: TempDir::new("blockdev"),
-    };
+    let (fx, dev) = Fixture::on_loop_device("blockdev", 1 << 30);
     let a = fx.mnt("a");
-    let dev = common::LoopDevice::attach(&fx.image.path).expect("losetup");
     for round in 0..5 {
         let out = jbdfs(&[s(&dev.path), s(&a)]);
         assert!(out.success(), "round {round}: mount:\n{}", out.describe());
@@ -619,13 +625,9 @@ fn a_write_protected_block_device_mounts_read_only() {
         return;
     };
     jbdfs_testkit::require!(loop);
-    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/umount.fuse.jbdfs");
-    let fx = Fixture {
-        image: common::image_4k("setro", 64 << 20),
-        dir: TempDir::new("setro"),
-    };
+    let helper = checkout_umount_helper();
+    let (fx, dev) = Fixture::on_loop_device("setro", 64 << 20);
     let a = fx.mnt("a");
-    let dev = common::LoopDevice::attach(&fx.image.path).expect("losetup");
     common::run("blockdev", ["--setro", s(&dev.path)]).expect_ok();
     let out = jbdfs(&[s(&dev.path), s(&a)]);
     assert!(out.success(), "mount:\n{}", out.describe());
@@ -698,13 +700,9 @@ fn a_block_device_remounted_at_once_waits_for_the_old_daemon() {
         return;
     };
     jbdfs_testkit::require!(loop);
-    let fx = Fixture {
-        image: common::image_4k("busydev", 256 << 20),
-        dir: TempDir::new("busydev"),
-    };
+    let (fx, dev) = Fixture::on_loop_device("busydev", 256 << 20);
     let (a, b) = (fx.mnt("a"), fx.mnt("b"));
-    let dev = common::LoopDevice::attach(&fx.image.path).expect("losetup");
-    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/umount.fuse.jbdfs");
+    let helper = checkout_umount_helper();
     for round in 0..3 {
         let out = jbdfs(&[s(&dev.path), s(&a)]);
         assert!(out.success(), "round {round}: mount:\n{}", out.describe());
