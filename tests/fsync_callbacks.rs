@@ -121,3 +121,48 @@ fn callbacks_run_once_and_only_after_durability(start: CommitStart) {
         "an image replayed after fsyncs completed by callback",
     );
 }
+
+/// A transport that serves requests in batches asks the journal how long to
+/// go on serving before a deferred commit (`Journal::gather_budget`): as
+/// with jbd's batching loop, never under bdelay=0 (nor jbd2 with no
+/// wait), never for a lone writer (the same process as the last fsync), and
+/// under yield and auto on a fast device for at most max_batch_time.
+#[test]
+fn a_deferred_commit_gathers_for_other_writers_as_bdelay_says() {
+    use jbdfs::journal::{Batching, DEFAULT_MAX_BATCH_TIME_US};
+    let cases = [
+        (Batching::Off, false),
+        (
+            Batching::Jbd2 {
+                min_us: 0,
+                max_us: 0,
+            },
+            false,
+        ),
+        (Batching::Yield, true),
+        (Batching::default(), true),
+        (Batching::Auto { max_us: 0 }, false),
+    ];
+    let img = jbdfs_image_with("gather-budget", MkfsOptions::default(), 32 << 20);
+    for (batching, gathers) in cases {
+        let dev = Arc::new(MemoryDevice::from_vec(std::fs::read(&img.path).unwrap()));
+        let mut cfg = MountConfig::default();
+        cfg.journal.batching = batching;
+        let fs = Filesystem::mount(dev, &cfg).unwrap();
+        // A commit first, so that auto knows the device is fast.
+        let (ino, _) = fs.mknod(ROOT, b"f", 0o100644, 0, ME).unwrap();
+        fs.fsync(ino, false).unwrap();
+        let j = fs.journal();
+        let cap = Duration::from_micros(DEFAULT_MAX_BATCH_TIME_US as u64);
+        let first = j.gather_budget(100);
+        assert_eq!(first.is_some(), gathers, "{batching:?}");
+        assert!(first.is_none_or(|b| b <= cap), "{batching:?}: {first:?}");
+        assert_eq!(
+            j.gather_budget(100),
+            None,
+            "{batching:?}: a lone writer waits"
+        );
+        assert_eq!(j.gather_budget(101).is_some(), gathers, "{batching:?}");
+        fs.unmount().unwrap();
+    }
+}

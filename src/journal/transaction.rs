@@ -341,7 +341,7 @@ impl Handle<'_> {
     /// Ends the handle; a sync handle waits for its transaction to commit.
     pub fn stop(self) -> io::Result<()> {
         let j = self.journal;
-        match self.stop_sync_part() {
+        match self.stop_sync_part(true) {
             None => Ok(()),
             Some(None) => j.cache.sync_all(),
             Some(Some(tid)) => {
@@ -358,7 +358,7 @@ impl Handle<'_> {
     /// has committed (see [`Journal::force_commit_then`]).
     pub fn stop_then(self, start: CommitStart, done: CommitCallback) {
         let j = self.journal;
-        match self.stop_sync_part() {
+        match self.stop_sync_part(start == CommitStart::Now) {
             None => done(Ok(())),
             Some(None) => done(j.cache.sync_all()),
             Some(Some(tid)) => {
@@ -372,13 +372,15 @@ impl Handle<'_> {
         }
     }
 
-    /// The shared front of `stop`: the batching wait, the release, and for
-    /// a sync handle the commit request. None for a plain handle; for a
-    /// sync one, the transaction to wait for (None without a log).
-    fn stop_sync_part(mut self) -> Option<Option<Tid>> {
+    /// The shared front of `stop`: the batching wait (unless the caller
+    /// deferred its commit, whose batching is then the caller's: see
+    /// [`Journal::gather_budget`]), the release, and for a sync handle the
+    /// commit request. None for a plain handle; for a sync one, the
+    /// transaction to wait for (None without a log).
+    fn stop_sync_part(mut self, batch_here: bool) -> Option<Option<Tid>> {
         self.stopped = true;
         let j = self.journal;
-        if self.sync && j.logging() {
+        if self.sync && batch_here && j.logging() {
             // Still open: the transaction cannot commit while we wait.
             j.batch_wait();
         }

@@ -125,6 +125,9 @@ fn sized(data: Vec<u8>, size: u32) -> Outcome {
 thread_local! {
     /// This thread deferred an fsync's commit to the end of its batch.
     static COMMIT_OWED: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
+    /// How long this thread may gather before that commit (the longest
+    /// any of its deferring fsyncs was allowed).
+    static GATHER: std::cell::Cell<Option<std::time::Duration>> = const { std::cell::Cell::new(None) };
 }
 
 /// The FUSE face of a mounted filesystem.
@@ -261,6 +264,7 @@ impl JbdFuse {
                 return job(CommitStart::Now);
             }
             COMMIT_OWED.set(true);
+            GATHER.set(GATHER.get().max(journal.gather_budget(pid)));
             return job(CommitStart::Deferred);
         }
         let span = tracing::Span::current();
@@ -847,7 +851,16 @@ impl Handler for JbdFuse {
         }
     }
 
+    fn gather_budget(&self) -> Option<std::time::Duration> {
+        GATHER.get().filter(|_| COMMIT_OWED.get())
+    }
+
+    fn note_gathered(&self, waited: std::time::Duration) {
+        self.fs.journal().note_batch_wait(waited);
+    }
+
     fn batch_done(&self) {
+        GATHER.set(None);
         if COMMIT_OWED.replace(false) {
             self.fs.journal().commit_if_requested();
         }

@@ -479,6 +479,14 @@ pub trait Handler: Send + Sync + 'static {
     /// about to wait for more: what requests deferred to this point (with
     /// `Ctx::serves_batches`) must start now.
     fn batch_done(&self) {}
+    /// How long the transport may go on serving this CPU's other callers
+    /// before calling [`Handler::batch_done`], so that their deferred work
+    /// joins (see `Journal::gather_budget`); None to call it now.
+    fn gather_budget(&self) -> Option<std::time::Duration> {
+        None
+    }
+    /// The transport gathered this long before [`Handler::batch_done`].
+    fn note_gathered(&self, _waited: std::time::Duration) {}
     /// FORGET and BATCH_FORGET: the kernel dropped `nlookup` references.
     fn forget(&self, ino: NodeId, nlookup: u64);
     /// The session ended (FUSE_DESTROY, or the device closed).

@@ -22,6 +22,7 @@ use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{JoinHandle, ThreadId};
+use std::time::{Duration, Instant};
 
 use crossbeam_channel::{Receiver, Sender};
 use io_uring::{cqueue, opcode, squeue, types, IoUring};
@@ -32,6 +33,9 @@ use super::request::*;
 
 /// Entries per queue unless `-o io_uring_q_depth` says otherwise.
 pub const DEFAULT_DEPTH: u32 = 8;
+
+/// At most this many yields before a deferred commit (see `Queue::gather`).
+const MAX_GATHER_ROUNDS: u32 = 256;
 
 /// The user_data of the wake-up pipe's read; entries use their index.
 const WAKE: u64 = u64::MAX;
@@ -327,6 +331,21 @@ impl Queue {
             Err(e) if e.raw_os_error() == Some(libc::EINTR) => return Ok(()),
             Err(e) => return Err(e),
         }
+        self.serve_completions(handler, shared)?;
+        if let Some(budget) = handler.gather_budget() {
+            self.gather(handler, shared, budget)?;
+        }
+        handler.batch_done();
+        self.commit_local()
+    }
+
+    /// Serves every completion at hand: requests, and answers from other
+    /// threads.
+    fn serve_completions(
+        &mut self,
+        handler: &impl Handler,
+        shared: &Arc<Shared>,
+    ) -> io::Result<()> {
         let done: Vec<(u64, i32)> = self
             .ring
             .completion()
@@ -340,8 +359,37 @@ impl Queue {
                 self.commit_local()?;
             }
         }
-        handler.batch_done();
-        self.commit_local()
+        Ok(())
+    }
+
+    /// Before a deferred commit: sends this batch's answers, yields the CPU
+    /// to the callers they wake, and serves what those send, while each
+    /// yield brings requests and `budget` lasts. Their fsyncs then share
+    /// the commit. A caller sleeps while its request is served on this
+    /// CPU, so without the yield each batch holds about one request and
+    /// each fsync commits alone (see `Journal::gather_budget`).
+    fn gather(
+        &mut self,
+        handler: &impl Handler,
+        shared: &Arc<Shared>,
+        budget: Duration,
+    ) -> io::Result<()> {
+        let started = Instant::now();
+        for _ in 0..MAX_GATHER_ROUNDS {
+            self.ring.submit()?;
+            std::thread::yield_now();
+            // The yield's return to user space ran the ring's task work,
+            // which posts the requests sent meanwhile.
+            if self.ring.completion().is_empty() {
+                break;
+            }
+            self.serve_completions(handler, shared)?;
+            if started.elapsed() >= budget {
+                break;
+            }
+        }
+        handler.note_gathered(started.elapsed());
+        Ok(())
     }
 
     /// An entry came back from the kernel: a request, or the end.
