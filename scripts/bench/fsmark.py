@@ -224,15 +224,18 @@ def run_fsmark(base, threads, n, log):
     os.makedirs(base, exist_ok=True)
     args = ["fs_mark"]
     for i in range(1, threads + 1):
-        args += ["-d", f"{base}/t{i}"]
+        args += ["-d", f"{base}/{i}"]
     # fs_mark keeps a log, fs_log.txt in the current directory unless told.
     args += ["-s", "4096", "-n", str(n), "-S", "1", "-L", "1", "-l", f"{log}.fs_mark"]
-    out = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True).stdout
+    proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     rate = None
-    for line in out.splitlines():
+    for line in proc.stdout.splitlines():
         f = line.split()
         if len(f) >= 5 and f[0].isdigit():
             rate = f[3]
+    if rate is None:
+        tail = "\n".join(proc.stdout.splitlines()[-10:])
+        warn(f"fs_mark in {base} exited with status {proc.returncode} and no rate; its output ends:\n{tail}")
     return rate
 
 
@@ -292,7 +295,10 @@ def one_device(a, data, dev, refs, transports, emit, stats_out, log, bad_transpo
                     run += 1
                     for t in ts:
                         n = files_per_thread(dev, threads, a.seconds, last.get(id(t)))
-                        base = f"{t.mnt}/run{run}"
+                        # Short: fs_mark 3.3 overflows a name buffer (and
+                        # aborts) once a directory path reaches about 39
+                        # characters; the mount point takes 29.
+                        base = f"{t.mnt}/r{run}"
                         rate = run_fsmark(base, threads, n, log)
                         if rate is None:
                             die(f"fs_mark failed on {t.name} ({dev})")

@@ -67,8 +67,9 @@ struct QueueState {
     /// Blocks an fsync waits for: the writer takes these first. Any copy of
     /// the same block in `pending` is newer.
     urgent: Blocks,
-    /// The batch the writer is writing now; older than both maps.
-    inflight: Option<Arc<Blocks>>,
+    /// The batches being written now, no two holding the same block;
+    /// older than both maps.
+    inflight: Vec<Arc<Blocks>>,
     /// The sequence number of the next write call.
     next_seq: u64,
     /// Batches finished.
@@ -97,9 +98,10 @@ impl QueueState {
     /// Whether a write numbered `upto` or earlier (of inode `ino`, if
     /// given) has not reached the device.
     fn unwritten(&self, upto: u64, ino: Option<u32>) -> bool {
-        let inflight = self.inflight.as_deref();
-        let queued = inflight
-            .into_iter()
+        let queued = self
+            .inflight
+            .iter()
+            .map(|b| &**b)
             .chain([&self.urgent, &self.pending])
             .flat_map(|m| m.values())
             .any(|q| q.seq <= upto && ino.is_none_or(|i| q.ino == i));
@@ -115,11 +117,11 @@ impl QueueState {
         self.direct.iter().any(|d| d.start < end && start < d.end)
     }
 
-    /// Whether the batch in flight holds any of blocks `start..end`.
+    /// Whether a batch in flight holds any of blocks `start..end`.
     fn inflight_overlaps(&self, start: u32, end: u32) -> bool {
         self.inflight
-            .as_ref()
-            .is_some_and(|batch| batch.range(start..end).next().is_some())
+            .iter()
+            .any(|batch| batch.range(start..end).next().is_some())
     }
 
     /// Puts `q` at `block` in `map`, keeping the older unwritten sequence
@@ -175,7 +177,7 @@ impl DataQueue {
             state: Mutex::new(QueueState {
                 pending: BTreeMap::new(),
                 urgent: BTreeMap::new(),
-                inflight: None,
+                inflight: Vec::new(),
                 direct: Vec::new(),
                 next_seq: 1,
                 done: 0,
@@ -208,7 +210,7 @@ impl DataQueue {
         }
         let mut st = self.state.lock();
         while self.held.load(Ordering::Acquire) > self.limit && !st.shutdown {
-            self.write_or_wait(&mut st);
+            self.write_or_wait(&mut st, None);
         }
     }
 
@@ -265,9 +267,10 @@ impl DataQueue {
         let last = ((offset + len as u64 - 1) / bs) as u32;
         let st = self.state.lock();
         let mut out = Blocks::new();
-        // Oldest first, so newer copies replace older ones.
-        let inflight = st.inflight.as_deref();
-        for map in inflight.into_iter().chain([&st.urgent, &st.pending]) {
+        // Oldest first, so newer copies replace older ones (batches in
+        // flight hold different blocks, so their order does not matter).
+        let inflight = st.inflight.iter().map(|b| &**b);
+        for map in inflight.chain([&st.urgent, &st.pending]) {
             out.extend(map.range(first..=last).map(|(b, q)| (*b, q.clone())));
         }
         out
@@ -400,15 +403,15 @@ impl DataQueue {
         ino: Option<u32>,
     ) -> u64 {
         while st.unwritten(upto, ino) && !st.shutdown {
-            self.write_or_wait(st);
+            self.write_or_wait(st, ino);
         }
         st.done
     }
 
     /// Writes the next batch on this thread, or, with one already in
     /// flight, waits for a batch to end.
-    fn write_or_wait(&self, st: &mut MutexGuard<'_, QueueState>) {
-        match self.take_ready(st) {
+    fn write_or_wait(&self, st: &mut MutexGuard<'_, QueueState>, ino: Option<u32>) {
+        match self.take_ready(st, ino) {
             Some(batch) => {
                 let res = MutexGuard::unlocked(st, || self.write_runs(&batch));
                 self.finish_batch(st, &batch, res);
@@ -438,26 +441,52 @@ impl DataQueue {
         self.finished.notify_all();
     }
 
-    /// Takes the next batch, the urgent blocks if any, else all pending,
-    /// unless a batch is already in flight (batches are written one at a
-    /// time, so a newer copy of a block can never land before an older one).
-    fn take_ready(&self, st: &mut QueueState) -> Option<Arc<Blocks>> {
-        if st.inflight.is_some() || (st.pending.is_empty() && st.urgent.is_empty()) {
+    /// Takes the next batch: the urgent blocks if any, else all pending.
+    /// A caller waiting for one inode (an fsync) takes only that inode's
+    /// urgent blocks, and may do so while other batches are in flight,
+    /// leaving out any block one of them holds: its newer copy waits, so it
+    /// can never land before the older one. So an fsync on one queue
+    /// thread writes its file while another's write is under way, instead
+    /// of sleeping (and leaving its CPU idle) until that one ends. Other
+    /// callers (commits, the writer, throttled writers) take a batch only
+    /// when none is in flight, as before.
+    fn take_ready(&self, st: &mut QueueState, ino: Option<u32>) -> Option<Arc<Blocks>> {
+        let QueueState {
+            urgent,
+            pending,
+            inflight,
+            ..
+        } = st;
+        if ino.is_none() && !inflight.is_empty() {
             return None;
         }
-        let batch = if st.urgent.is_empty() {
-            std::mem::take(&mut st.pending)
+        let source = if urgent.is_empty() { pending } else { urgent };
+        let batch = if ino.is_none() {
+            std::mem::take(source)
         } else {
-            std::mem::take(&mut st.urgent)
+            let takeable: Vec<u32> = source
+                .iter()
+                .filter(|(b, q)| {
+                    ino.is_none_or(|i| q.ino == i) && !inflight.iter().any(|f| f.contains_key(b))
+                })
+                .map(|(b, _)| *b)
+                .collect();
+            takeable
+                .into_iter()
+                .filter_map(|b| source.remove(&b).map(|q| (b, q)))
+                .collect()
         };
+        if batch.is_empty() {
+            return None;
+        }
         let batch = Arc::new(batch);
-        st.inflight = Some(batch.clone());
+        inflight.push(batch.clone());
         Some(batch)
     }
 
     /// Ends the batch in flight: its blocks are on the device (or failed).
-    fn finish_batch(&self, st: &mut QueueState, batch: &Blocks, res: io::Result<()>) {
-        st.inflight = None;
+    fn finish_batch(&self, st: &mut QueueState, batch: &Arc<Blocks>, res: io::Result<()>) {
+        st.inflight.retain(|b| !Arc::ptr_eq(b, batch));
         st.done += 1;
         self.held
             .fetch_sub(batch.len() * self.block_size, Ordering::AcqRel);
@@ -472,7 +501,7 @@ impl DataQueue {
     /// for work; false once shut down.
     fn write_batch(&self) -> bool {
         let mut st = self.state.lock();
-        let Some(batch) = self.take_ready(&mut st) else {
+        let Some(batch) = self.take_ready(&mut st, None) else {
             if st.shutdown {
                 return false;
             }
@@ -774,4 +803,35 @@ mod tests {
         dev.inner.read_at(&mut raw, 5 * BS as u64).unwrap();
         assert_eq!(raw, [2]);
     }
+
+    /// An fsync's drain of its own inode writes while another batch is in
+    /// flight, instead of waiting for it; a newer copy of a block in flight
+    /// still waits for the older one.
+    #[test]
+    fn an_inode_drain_writes_beside_a_batch_in_flight_but_not_over_it() {
+        let dev = gate(40);
+        let q = DataQueue::start(dev.clone(), BS, DataOrder::Ordered, 1 << 20).unwrap();
+        q.write(1, 40, &[4u8; BS]);
+        q.work.notify_one(); // the writer takes block 40 and is held on it
+        std::thread::sleep(Duration::from_millis(50));
+        q.write(2, 5, &[1u8; BS]);
+        q.drain_inode(2); // returns with block 40 still held
+        let mut raw = [0u8; 1];
+        dev.inner.read_at(&mut raw, 5 * BS as u64).unwrap();
+        assert_eq!(raw, [1], "inode 2's block written beside the held batch");
+        q.write(1, 40, &[9u8; BS]); // a newer copy of the block in flight
+        let drained = std::sync::atomic::AtomicBool::new(false);
+        std::thread::scope(|s| {
+            s.spawn(|| {
+                q.drain_inode(1);
+                drained.store(true, Ordering::Release);
+            });
+            std::thread::sleep(Duration::from_millis(100));
+            assert!(!drained.load(Ordering::Acquire), "the newer copy jumped the older");
+            open(&dev);
+        });
+        dev.inner.read_at(&mut raw, 40 * BS as u64).unwrap();
+        assert_eq!(raw, [9], "the newer copy landed last");
+    }
+
 }
