@@ -70,6 +70,13 @@ impl Journal {
 
     /// Locks the running transaction, waits for its handles, copies its
     /// buffers and opens the next transaction.
+    ///
+    /// The copies are made with the state lock let go but the journal
+    /// still locked: no handle can start (so none can change a buffer
+    /// before its copy), while everything else that takes the state lock
+    /// briefly (commit callbacks, the other queue's bookkeeping) does not
+    /// wait behind the copying. On io_uring a thread that waits for this
+    /// lock leaves its CPU idle.
     fn drain(&self) -> Option<Frozen> {
         let mut st = self.state.lock();
         if st.running.is_empty() {
@@ -84,14 +91,14 @@ impl Journal {
         let next = Transaction::new(st.running.tid.next());
         let t = std::mem::replace(&mut st.running, next);
         let ran = t.started.elapsed();
+        st.committing = t.members.clone();
+        drop(st);
         let copies: Vec<(u32, Box<[u8]>)> = t
             .buffers
             .iter()
             .map(|b| (b.block().0, self.cache.block_copy(&b.read())))
             .collect();
-        st.committing = t.members.clone();
-        st.locked = false;
-        drop(st);
+        self.state.lock().locked = false;
         self.wake.notify_all();
         Some(Frozen {
             tid: t.tid,
