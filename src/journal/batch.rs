@@ -185,7 +185,9 @@ impl Journal {
     /// requests, within this budget. As in the loop, a lone caller (the
     /// same process as the last) never waits, and bdelay=0 never does.
     /// bdelay=auto and yield gather on a fast device, for at most
-    /// [`GATHER_COMMITS`] average commits and never past max_batch_time.
+    /// [`GATHER_COMMITS`] average commits, never past max_batch_time nor
+    /// [`SLOW_COMMIT`]: a stream of other requests on the CPU (a reader)
+    /// keeps each yield bringing some, so the budget is what ends it.
     /// Slow devices never get here: their synchronous work runs off the
     /// queue (see [`Journal::batching_sleeps`]).
     pub fn gather_budget(&self, pid: u32) -> Option<Duration> {
@@ -198,7 +200,10 @@ impl Journal {
             return None;
         }
         let cap = Duration::from_micros(max_us as u64);
-        Some((self.average_commit() * GATHER_COMMITS).min(cap))
+        // Never past SLOW_COMMIT either: a device whose commits take
+        // longer sends its fsyncs to runners and never gathers, so a
+        // gather is never worth more than that.
+        Some((self.average_commit() * GATHER_COMMITS).min(cap).min(SLOW_COMMIT))
     }
 
     /// Counts a batching wait spent outside the journal (a transport's
