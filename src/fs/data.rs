@@ -827,11 +827,13 @@ mod tests {
                 drained.store(true, Ordering::Release);
             });
             std::thread::sleep(Duration::from_millis(100));
-            assert!(!drained.load(Ordering::Acquire), "the newer copy jumped the older");
+            assert!(
+                !drained.load(Ordering::Acquire),
+                "the newer copy jumped the older"
+            );
             open(&dev);
         });
         dev.inner.read_at(&mut raw, 40 * BS as u64).unwrap();
         assert_eq!(raw, [9], "the newer copy landed last");
     }
-
 }

@@ -203,7 +203,11 @@ impl Journal {
         // Never past SLOW_COMMIT either: a device whose commits take
         // longer sends its fsyncs to runners and never gathers, so a
         // gather is never worth more than that.
-        Some((self.average_commit() * GATHER_COMMITS).min(cap).min(SLOW_COMMIT))
+        Some(
+            (self.average_commit() * GATHER_COMMITS)
+                .min(cap)
+                .min(SLOW_COMMIT),
+        )
     }
 
     /// Counts a batching wait spent outside the journal (a transport's
