@@ -369,7 +369,7 @@ def main(argv):
     for data in a.data.split():
         for dev in a.devices.split():
             one_device(a, data, dev, refs, transports, emit, results + ".stats", log, bad_transport)
-    print_report(results, "max", a.charts)
+    print_report(results, a.stat, a.charts)
     if bad_transport:
         print("\nNot served over the transport they are labelled with (their figures above are wrong):")
         for b in bad_transport:
