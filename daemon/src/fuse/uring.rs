@@ -376,7 +376,13 @@ impl Queue {
     ) -> io::Result<()> {
         let started = Instant::now();
         for _ in 0..MAX_GATHER_ROUNDS {
-            self.ring.submit()?;
+            // A failed submit (the kernel busy with a full completion queue)
+            // only ends the gathering: the answers stay queued for the
+            // queue's next wait, which handles its errors.
+            if let Err(e) = self.ring.submit() {
+                tracing::debug!(qid = self.qid, "gathering stopped: {e}");
+                break;
+            }
             std::thread::yield_now();
             // The yield's return to user space ran the ring's task work,
             // which posts the requests sent meanwhile.
