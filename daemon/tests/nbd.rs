@@ -57,6 +57,8 @@ struct Server {
     /// and the pid read from there.
     pidfile: Option<PathBuf>,
     pid: Option<u32>,
+    /// The standard error of the latest start.
+    log: Option<PathBuf>,
 }
 
 impl Server {
@@ -153,6 +155,7 @@ impl Server {
             child: None,
             pidfile,
             pid: None,
+            log: None,
         };
         s.spawn();
         s
@@ -182,6 +185,7 @@ impl Server {
             jbdfs::util::unique_suffix()
         ));
         let stderr = std::fs::File::create(&log).expect("server log");
+        self.log = Some(log.clone());
         let child = Command::new(self.program)
             .args(&self.args)
             .stdin(Stdio::null())
@@ -232,10 +236,24 @@ impl Server {
         true
     }
 
+    /// Whether the server greets a new client ("NBDMAGIC", which every
+    /// newstyle server sends first) within half a second. Accepting a
+    /// connection is not enough: a restarted qemu-nbd has been seen to
+    /// accept and then serve nothing, and the test is of the daemon riding
+    /// out a restart, not of the server's.
     fn listening(&self) -> bool {
+        fn greets(mut s: impl std::io::Read) -> bool {
+            let mut magic = [0u8; 8];
+            s.read_exact(&mut magic).is_ok() && &magic == b"NBDMAGIC"
+        }
+        let wait = Some(Duration::from_millis(500));
         match &self.listen {
-            Listen::Unix(p) => std::os::unix::net::UnixStream::connect(p).is_ok(),
-            Listen::Tcp(port) => std::net::TcpStream::connect(("127.0.0.1", *port)).is_ok(),
+            Listen::Unix(p) => std::os::unix::net::UnixStream::connect(p)
+                .and_then(|s| s.set_read_timeout(wait).map(|()| s))
+                .is_ok_and(greets),
+            Listen::Tcp(port) => std::net::TcpStream::connect(("127.0.0.1", *port))
+                .and_then(|s| s.set_read_timeout(wait).map(|()| s))
+                .is_ok_and(greets),
         }
     }
 
@@ -489,7 +507,15 @@ fn a_server_killed_mid_workload_loses_nothing_fsynced() {
     if failed {
         // The daemon's log says why it did not ride out the restart.
         let exited = stop(daemon);
-        panic!("a writer failed (its message is above); the daemon: {exited:?}");
+        let restarted = server
+            .log
+            .as_ref()
+            .and_then(|l| std::fs::read_to_string(l).ok())
+            .unwrap_or_default();
+        panic!(
+            "a writer failed (its message is above); the daemon: {exited:?}; \
+             the restarted server's log: {restarted:?}"
+        );
     }
     let synced = std::mem::take(&mut *synced.lock().unwrap());
     assert!(

@@ -517,6 +517,9 @@ impl Read for Patient<'_> {
     }
 }
 
+/// How often a reconnect that keeps failing is logged as a warning.
+const SAY_AGAIN: Duration = Duration::from_secs(5);
+
 /// The current connection, and what happens when there is none.
 #[derive(Default)]
 struct ConnState {
@@ -526,6 +529,8 @@ struct ConnState {
     lost_at: Option<Instant>,
     /// The wait before the next reconnect while recovering.
     backoff: Duration,
+    /// When a failed reconnect was last logged as a warning.
+    last_said: Option<Instant>,
     /// Set when reconnecting gave up: every request fails from then on.
     failed: Option<String>,
 }
@@ -759,6 +764,13 @@ impl NbdDevice {
                     st.failed = Some(why.clone());
                     return Err(io::Error::other(why));
                 }
+                // Said once a loss and then every few seconds: why a
+                // reconnect keeps failing is what a user (or a test that
+                // timed out) needs to know.
+                Err(e) if st.last_said.is_none_or(|t| t.elapsed() >= SAY_AGAIN) => {
+                    st.last_said = Some(Instant::now());
+                    tracing::warn!(address = %self.cfg.address, "NBD: reconnecting failed: {e}");
+                }
                 Err(e) => tracing::debug!("NBD: reconnecting failed: {e}"),
             }
         }
@@ -769,6 +781,7 @@ impl NbdDevice {
         if self.recovering.load(Ordering::Relaxed) {
             let mut st = self.state.lock();
             st.lost_at = None;
+            st.last_said = None;
             self.recovering.store(false, Ordering::SeqCst);
         }
     }
