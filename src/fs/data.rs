@@ -478,9 +478,7 @@ impl DataQueue {
         } else {
             let takeable: Vec<u32> = source
                 .iter()
-                .filter(|(b, q)| {
-                    ino.is_none_or(|i| q.ino == i) && !inflight.iter().any(|f| f.contains_key(b))
-                })
+                .filter(|(b, q)| Some(q.ino) == ino && !inflight.iter().any(|f| f.contains_key(b)))
                 .map(|(b, _)| *b)
                 .collect();
             takeable
@@ -787,13 +785,20 @@ mod tests {
         assert!(q.state.lock().direct.is_empty());
     }
 
-    #[test]
-    fn a_drain_waits_for_the_claim_that_superseded_its_queued_copy() {
+    /// A queue whose writer has taken block 40 (inode 1) and is held on
+    /// it at the device until the gate opens.
+    fn held_on_block_40() -> (Arc<Gate>, Arc<DataQueue>) {
         let dev = gate(40);
         let q = DataQueue::start(dev.clone(), BS, DataOrder::Ordered, 1 << 20).unwrap();
         q.write(1, 40, &[4u8; BS]);
-        q.work.notify_one(); // the writer takes block 40 and is held on it
+        q.work.notify_one();
         std::thread::sleep(Duration::from_millis(50));
+        (dev, q)
+    }
+
+    #[test]
+    fn a_drain_waits_for_the_claim_that_superseded_its_queued_copy() {
+        let (dev, q) = held_on_block_40();
         q.write(2, 5, &[1u8; BS]); // queued behind the held batch
         let drained = std::sync::atomic::AtomicBool::new(false);
         std::thread::scope(|s| {
@@ -822,11 +827,7 @@ mod tests {
     /// still waits for the older one.
     #[test]
     fn an_inode_drain_writes_beside_a_batch_in_flight_but_not_over_it() {
-        let dev = gate(40);
-        let q = DataQueue::start(dev.clone(), BS, DataOrder::Ordered, 1 << 20).unwrap();
-        q.write(1, 40, &[4u8; BS]);
-        q.work.notify_one(); // the writer takes block 40 and is held on it
-        std::thread::sleep(Duration::from_millis(50));
+        let (dev, q) = held_on_block_40();
         q.write(2, 5, &[1u8; BS]);
         q.drain_inode(2); // returns with block 40 still held
         let mut raw = [0u8; 1];

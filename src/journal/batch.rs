@@ -193,7 +193,7 @@ impl Journal {
     pub fn gather_budget(&self, pid: u32) -> Option<Duration> {
         let max_us = match self.batching() {
             Batching::Yield => DEFAULT_MAX_BATCH_TIME_US,
-            Batching::Auto { max_us } if !self.batching_sleeps() => max_us,
+            Batching::Auto { max_us } if !self.auto_waits_here() => max_us,
             _ => return None,
         };
         if max_us == 0 || self.last_sync_writer.swap(pid, Ordering::Relaxed) == pid {
@@ -234,11 +234,15 @@ impl Journal {
             Batching::Off | Batching::Yield => false,
             Batching::Jiffies { n, .. } => n > 0,
             Batching::Jbd2 { max_us, .. } => max_us > 0,
-            Batching::Auto { max_us } => {
-                let floor = self.counters.floor_commit_micros.load(Ordering::Relaxed);
-                max_us > 0 && Duration::from_micros(floor) >= AUTO_MIN_COMMIT
-            }
+            Batching::Auto { max_us } => max_us > 0 && self.auto_waits_here(),
         }
+    }
+
+    /// Whether this device's commit floor is slow enough for bdelay=auto
+    /// to wait ([`AUTO_MIN_COMMIT`]).
+    fn auto_waits_here(&self) -> bool {
+        let floor = self.counters.floor_commit_micros.load(Ordering::Relaxed);
+        Duration::from_micros(floor) >= AUTO_MIN_COMMIT
     }
 
     fn average_commit(&self) -> Duration {
