@@ -21,11 +21,21 @@ use super::transaction::Transaction;
 use super::{JournalBlock, Tid};
 use crate::format::jbd::{self, CommitBlock, LoggedBlock};
 
+/// A transaction that no handle can join any more.
+struct Drained {
+    /// How long the transaction ran before commit locked it.
+    ran: Duration,
+    /// How long commit held new handles back: until the last open handle
+    /// stopped.
+    locked: Duration,
+    t: Transaction,
+}
+
 /// A drained transaction and its frozen copies.
 struct Frozen {
     tid: Tid,
-    /// How long the transaction ran before commit locked it.
     ran: Duration,
+    locked: Duration,
     copies: Vec<(u32, Box<[u8]>)>,
     t: Transaction,
 }
@@ -49,12 +59,13 @@ impl Journal {
         if self.is_aborted() {
             return Err(io::Error::from_raw_os_error(libc::EIO));
         }
-        let Some(frozen) = self.drain() else {
+        let Some(drained) = self.drain() else {
             // An empty transaction: what waited for the one before it is done.
             self.run_commit_callbacks();
             return Ok(());
         };
         let started = Instant::now();
+        let frozen = self.freeze(drained);
         let res = self.write_transaction(log, &frozen);
         match res {
             Ok(logged) => {
@@ -68,16 +79,14 @@ impl Journal {
         }
     }
 
-    /// Locks the running transaction, waits for its handles, copies its
-    /// buffers and opens the next transaction.
-    ///
-    /// The copies are made with the state lock let go but the journal
-    /// still locked: no handle can start (so none can change a buffer
-    /// before its copy), while everything else that takes the state lock
-    /// briefly (commit callbacks, the other queue's bookkeeping) does not
-    /// wait behind the copying. On io_uring a thread that waits for this
-    /// lock leaves its CPU idle.
-    fn drain(&self) -> Option<Frozen> {
+    /// Locks the running transaction, waits for its handles and opens the
+    /// next transaction, as jbd2 does in T_LOCKED: handles wait only for
+    /// the handles before them to stop. The buffers are copied later, by
+    /// [`Journal::freeze`], with new handles already running; a handle
+    /// that joins a buffer before its copy is taken takes it itself
+    /// (`join`). On io_uring a thread that waits for this lock leaves its
+    /// CPU idle, so it is kept short.
+    fn drain(&self) -> Option<Drained> {
         let mut st = self.state.lock();
         if st.running.is_empty() {
             let tid = st.running.tid;
@@ -85,27 +94,49 @@ impl Journal {
             return None;
         }
         st.locked = true;
+        let locked_at = Instant::now();
         while st.running.updates > 0 {
             self.drained.wait(&mut st);
         }
         let next = Transaction::new(st.running.tid.next());
-        let t = std::mem::replace(&mut st.running, next);
-        let ran = t.started.elapsed();
-        st.committing = t.members.clone();
+        let mut t = std::mem::replace(&mut st.running, next);
+        st.committing = std::mem::take(&mut t.members);
+        st.locked = false;
         drop(st);
-        let copies: Vec<(u32, Box<[u8]>)> = t
-            .buffers
-            .iter()
-            .map(|b| (b.block().0, self.cache.block_copy(&b.read())))
-            .collect();
-        self.state.lock().locked = false;
         self.wake.notify_all();
-        Some(Frozen {
-            tid: t.tid,
-            ran,
-            copies,
+        Some(Drained {
+            ran: t.started.elapsed(),
+            locked: locked_at.elapsed(),
             t,
         })
+    }
+
+    /// Takes the frozen copy of each of the committing transaction's
+    /// buffers: the one a joining handle took first, or else one now. Each
+    /// is taken under the state lock, which a joining handle holds while
+    /// it decides whether to copy, so no change of the running transaction
+    /// can reach a buffer before its copy; the lock is let go between
+    /// buffers so that handles are not held up behind the whole copy.
+    fn freeze(&self, d: Drained) -> Frozen {
+        let mut copies = Vec::with_capacity(d.t.buffers.len());
+        for b in &d.t.buffers {
+            let block = b.block().0;
+            let mut st = self.state.lock();
+            let copy = match st.frozen_early.remove(&block) {
+                Some(copy) => copy,
+                None => self.cache.block_copy(&b.read()),
+            };
+            st.frozen.insert(block);
+            drop(st);
+            copies.push((block, copy));
+        }
+        Frozen {
+            tid: d.t.tid,
+            ran: d.ran,
+            locked: d.locked,
+            copies,
+            t: d.t,
+        }
     }
 
     /// Writes the transaction to the log; returns the blocks it logged.
@@ -142,7 +173,9 @@ impl Journal {
         }
         self.write_log(log, start, &blocks)?;
         if let Some(hook) = self.flush_hook.get() {
+            let flushing = Instant::now();
             hook.before_commit_flush();
+            add_micros(&self.counters.flushing_micros, flushing.elapsed());
         }
         self.barrier()?;
         let (sec, nsec) = crate::util::now();
@@ -204,6 +237,7 @@ impl Journal {
         let revoked: HashSet<u32> = st.running.revokes.iter().copied().collect();
         let mut replaced = Vec::new();
         let mut unneeded = Vec::new();
+        let blocks = f.copies.len() as u64;
         for ((block, copy), buf) in f.copies.into_iter().zip(f.t.buffers) {
             let copy = if st.running.members.contains(&block) || revoked.contains(&block) {
                 Some(copy)
@@ -221,6 +255,7 @@ impl Journal {
                 .filter_map(|b| st.unfile_checkpoint(*b))
                 .collect();
         st.committing.clear();
+        st.frozen.clear();
         st.set_committed(f.tid);
         drop(st);
         for copy in unneeded {
@@ -238,15 +273,20 @@ impl Journal {
         use std::sync::atomic::Ordering::Relaxed;
         c.transactions.fetch_add(1, Relaxed);
         c.handles.fetch_add(f.t.handles as u64, Relaxed);
-        c.blocks.fetch_add(f.t.members.len() as u64, Relaxed);
+        c.blocks.fetch_add(blocks, Relaxed);
         c.logged_blocks.fetch_add(logged, Relaxed);
         c.commit_micros
             .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
-        c.run_micros.fetch_add(f.ran.as_micros() as u64, Relaxed);
+        add_micros(&c.run_micros, f.ran);
+        add_micros(&c.locked_micros, f.locked);
         self.note_commit_time(started.elapsed());
         self.wake.notify_all();
         self.run_commit_callbacks();
     }
+}
+
+pub(super) fn add_micros(counter: &std::sync::atomic::AtomicU64, d: Duration) {
+    counter.fetch_add(d.as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// A logged block as the log must hold it: escaped when it begins with the
@@ -258,4 +298,71 @@ fn escaped(data: &[u8]) -> Cow<'_, [u8]> {
     let mut copy = data.to_vec();
     jbd::escape(&mut copy);
     Cow::Owned(copy)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::time::Instant;
+
+    use crate::device::{BlockDevice, MemoryDevice};
+    use crate::format::BlockNo;
+    use crate::fs::{Filesystem, MountConfig};
+    use crate::mkfs::{memory_image, MkfsOptions};
+
+    fn on_device(mem: &MemoryDevice, block: BlockNo) -> Vec<u8> {
+        let mut bytes = vec![0u8; 1024];
+        mem.read_at(&mut bytes, block.0 as u64 * 1024).unwrap();
+        bytes
+    }
+
+    /// Commit lets new handles in as soon as the old ones have stopped,
+    /// before it copies the buffers it logs. A handle that changes one of
+    /// them first takes the copy itself, so the log gets the bytes that
+    /// committed and the next transaction its own; a buffer no handle
+    /// touched is copied by the commit.
+    #[test]
+    fn a_handle_that_changes_a_committing_buffer_first_freezes_it() {
+        let opts = MkfsOptions {
+            block_size: Some(1024),
+            ..Default::default()
+        };
+        let mem = Arc::new(memory_image(&opts, 32 << 20).unwrap());
+        let dev: Arc<dyn BlockDevice> = mem.clone();
+        let fs = Filesystem::mount(dev, &MountConfig::default()).unwrap();
+        let j = fs.journal();
+        // Two blocks near the end of the image, where no metadata lives.
+        let (a, b) = (BlockNo(32_000), BlockNo(32_001));
+        let (buf_a, buf_b) = (j.cache.get(a).unwrap(), j.cache.get(b).unwrap());
+        let mut h = j.start(2).unwrap();
+        h.modify(&buf_a).unwrap().fill(0xa1);
+        h.modify(&buf_b).unwrap().fill(0xb1);
+        h.stop().unwrap();
+
+        let one = j.commit_lock.lock();
+        let drained = j.drain().unwrap();
+        // The journal is open again: this handle starts and changes `a`
+        // before the commit has copied it.
+        let mut h = j.start(1).unwrap();
+        h.modify(&buf_a).unwrap().fill(0xa2);
+        h.stop().unwrap();
+        assert_eq!(j.state.lock().frozen_early.len(), 1);
+        let frozen = j.freeze(drained);
+        let copy_of = |block: BlockNo| {
+            let (_, copy) = frozen.copies.iter().find(|(n, _)| *n == block.0).unwrap();
+            copy.to_vec()
+        };
+        assert_eq!(copy_of(a), vec![0xa1; 1024], "the committed bytes of a");
+        assert_eq!(copy_of(b), vec![0xb1; 1024], "b, copied by the commit");
+        assert!(j.state.lock().frozen_early.is_empty());
+        let logged = j.write_transaction(j.log.get().unwrap(), &frozen).unwrap();
+        j.finish_commit(frozen, logged, Instant::now());
+        drop(one);
+
+        j.force_commit().unwrap();
+        j.checkpoint_all().unwrap();
+        assert_eq!(on_device(&mem, a), vec![0xa2; 1024]);
+        assert_eq!(on_device(&mem, b), vec![0xb1; 1024]);
+        fs.unmount().unwrap();
+    }
 }

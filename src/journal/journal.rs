@@ -54,6 +54,14 @@ pub(super) struct JState {
     pub locked: bool,
     /// Blocks of the committing transaction. [state; committer changes]
     pub committing: HashSet<u32>,
+    /// Blocks of `committing` whose frozen copy the committer has taken.
+    /// [state; committer changes]
+    pub frozen: HashSet<u32>,
+    /// Frozen copies of committing blocks that a handle of the running
+    /// transaction took before it first changed them (jbd's b_frozen_data
+    /// made in do_get_write_access), for the committer to log.
+    /// [state; a joining handle adds, the committer takes]
+    pub frozen_early: HashMap<u32, Box<[u8]>>,
     /// The newest transaction someone wants committed now. [state]
     pub commit_request: Tid,
     /// A data=journal writer wants the commit thread to checkpoint. [state]
@@ -131,6 +139,14 @@ pub(super) struct Counters {
     pub floor_commit_micros: AtomicU64,
     pub batch_wait_micros: AtomicU64,
     pub run_micros: AtomicU64,
+    /// From the commit locking the transaction to new handles being let
+    /// in again (jbd2's rs_locked): the wait for its last handle to stop.
+    pub locked_micros: AtomicU64,
+    /// Handles' time waiting to start while a commit held the journal
+    /// locked, summed over handles.
+    pub start_wait_micros: AtomicU64,
+    /// The data=ordered flush before the commit block (jbd2's rs_flushing).
+    pub flushing_micros: AtomicU64,
 }
 
 /// The journal of one mounted filesystem.
@@ -195,6 +211,8 @@ impl Journal {
                 running: Transaction::new(Tid(1)),
                 locked: false,
                 committing: HashSet::new(),
+                frozen: HashSet::new(),
+                frozen_early: HashMap::new(),
                 commit_request: Tid(0),
                 checkpoint_request: false,
                 committed: Tid(0),

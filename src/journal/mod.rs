@@ -24,7 +24,8 @@
 //! 2. `Journal::state` (jbd2's j_state_lock): held briefly, never across
 //!    I/O; `wake`, `drained` and `commit_wake` wait on it. Under it only
 //!    buffer cache locks are taken: read guards of committed buffers
-//!    (commit's frozen copies, checkpoint) and a shard lock to unpin.
+//!    (commit's frozen copies, a joining handle's copy of a committing
+//!    buffer, checkpoint) and a shard lock to unpin.
 //! 3. `Journal::pending_free`: a leaf, never held with `state`.
 //! 4. `Journal::config` (barrier, commit interval, batching): a leaf, held
 //!    only to copy the values, under any of the above.

@@ -10,8 +10,9 @@
 //! the running transaction and is pinned, so the cache neither writes it
 //! home nor evicts it; only checkpoint writes it home, from the copy that
 //! committed. When commit starts it waits for the transaction's handles to
-//! stop and takes a frozen copy of every buffer while no handle runs, so the
-//! next transaction may change those buffers at once. Once committed, a
+//! stop and opens the next transaction at once; it then takes a frozen copy
+//! of every buffer to log, unless a handle of the next transaction, about to
+//! change one, has taken that copy first (as jbd2 does). Once committed, a
 //! buffer no transaction has touched since waits for checkpoint without a
 //! copy (its bytes are the committed ones); a handle that joins it later
 //! copies it first, as jbd freezes a buffer that its checkpoint still needs.
@@ -115,7 +116,9 @@ impl Journal {
                 return Err(Self::read_only_error());
             }
             if st.locked {
+                let since = Instant::now();
                 self.wake.wait(st);
+                super::commit::add_micros(&self.counters.start_wait_micros, since.elapsed());
                 continue;
             }
             if !self.logging() || st.running.outstanding + credits <= max {
@@ -163,6 +166,7 @@ impl Journal {
         if st.running.members.insert(block) {
             st.running.buffers.push(buf.clone());
             *credits -= 1;
+            self.freeze_committing(&mut st, buf);
             let unfrozen = st.checkpoint.get(&block).is_some_and(|c| c.copy.is_none());
             drop(st);
             if unfrozen {
@@ -173,6 +177,22 @@ impl Journal {
             self.cache.unpin(buf);
         }
         Ok(())
+    }
+
+    /// `buf` has just joined the running transaction, which will change
+    /// it. If it belongs to the committing transaction too, and commit has
+    /// not copied it yet (see `Journal::freeze`), the copy that commit will
+    /// log is taken here, before the change (jbd's frozen data). Under the
+    /// state lock, so that commit does not copy it meanwhile.
+    fn freeze_committing(&self, st: &mut JState, buf: &Arc<Buffer>) {
+        let block = buf.block().0;
+        if st.committing.contains(&block)
+            && !st.frozen.contains(&block)
+            && !st.frozen_early.contains_key(&block)
+        {
+            let copy = self.cache.block_copy(&buf.read());
+            st.frozen_early.insert(block, copy);
+        }
     }
 
     /// `buf` waits for checkpoint with no copy and has just joined the
