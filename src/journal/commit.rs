@@ -302,19 +302,10 @@ fn escaped(data: &[u8]) -> Cow<'_, [u8]> {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
     use std::time::Instant;
 
-    use crate::device::{BlockDevice, MemoryDevice};
     use crate::format::BlockNo;
-    use crate::fs::{Filesystem, MountConfig};
-    use crate::mkfs::{memory_image, MkfsOptions};
-
-    fn on_device(mem: &MemoryDevice, block: BlockNo) -> Vec<u8> {
-        let mut bytes = vec![0u8; 1024];
-        mem.read_at(&mut bytes, block.0 as u64 * 1024).unwrap();
-        bytes
-    }
+    use crate::journal::testing::{mounted, on_device, A, B};
 
     /// Commit lets new handles in as soon as the old ones have stopped,
     /// before it copies the buffers it logs. A handle that changes one of
@@ -323,16 +314,9 @@ mod tests {
     /// touched is copied by the commit.
     #[test]
     fn a_handle_that_changes_a_committing_buffer_first_freezes_it() {
-        let opts = MkfsOptions {
-            block_size: Some(1024),
-            ..Default::default()
-        };
-        let mem = Arc::new(memory_image(&opts, 32 << 20).unwrap());
-        let dev: Arc<dyn BlockDevice> = mem.clone();
-        let fs = Filesystem::mount(dev, &MountConfig::default()).unwrap();
+        let (mem, fs) = mounted();
         let j = fs.journal();
-        // Two blocks near the end of the image, where no metadata lives.
-        let (a, b) = (BlockNo(32_000), BlockNo(32_001));
+        let (a, b) = (A, B);
         let (buf_a, buf_b) = (j.cache.get(a).unwrap(), j.cache.get(b).unwrap());
         let mut h = j.start(2).unwrap();
         h.modify(&buf_a).unwrap().fill(0xa1);

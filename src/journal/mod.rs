@@ -156,6 +156,39 @@ impl fmt::Display for JournalBlock {
     }
 }
 
+/// A mounted 32 MiB memory image for the journal's unit tests.
+#[cfg(test)]
+pub(crate) mod testing {
+    use std::sync::Arc;
+
+    use crate::device::{BlockDevice, MemoryDevice};
+    use crate::format::BlockNo;
+    use crate::fs::{Filesystem, MountConfig};
+    use crate::mkfs::{memory_image, MkfsOptions};
+
+    /// Two blocks near the image's end, where no metadata lives: a test
+    /// may journal any bytes in them.
+    pub(crate) const A: BlockNo = BlockNo(32_000);
+    pub(crate) const B: BlockNo = BlockNo(32_001);
+
+    pub(crate) fn mounted() -> (Arc<MemoryDevice>, Arc<Filesystem>) {
+        let opts = MkfsOptions {
+            block_size: Some(1024),
+            ..Default::default()
+        };
+        let mem = Arc::new(memory_image(&opts, 32 << 20).unwrap());
+        let dev: Arc<dyn BlockDevice> = mem.clone();
+        let fs = Filesystem::mount(dev, &MountConfig::default()).unwrap();
+        (mem, fs)
+    }
+
+    pub(crate) fn on_device(mem: &MemoryDevice, block: BlockNo) -> Vec<u8> {
+        let mut bytes = vec![0u8; 1024];
+        mem.read_at(&mut bytes, block.0 as u64 * 1024).unwrap();
+        bytes
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::Tid;

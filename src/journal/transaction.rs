@@ -163,19 +163,18 @@ impl Journal {
         // Pin outside the state lock: pin may wait for a cache write.
         buf.pin();
         let mut st = self.state.lock();
-        if st.running.members.insert(block) {
-            st.running.buffers.push(buf.clone());
-            *credits -= 1;
-            self.freeze_committing(&mut st, buf);
-            let unfrozen = st.checkpoint.get(&block).is_some_and(|c| c.copy.is_none());
-            drop(st);
-            if unfrozen {
-                self.freeze_checkpointed(buf);
-            }
-        } else {
+        if !st.running.members.insert(block) {
             drop(st);
             self.cache.unpin(buf);
+            return Ok(());
         }
+        st.running.buffers.push(buf.clone());
+        *credits -= 1;
+        // Both copies are taken before the lock is let go: another handle
+        // that touches the buffer meanwhile finds it a member only after
+        // them, instead of changing the bytes under a copy.
+        self.freeze_committing(&mut st, buf);
+        self.freeze_checkpointed(&mut st, buf);
         Ok(())
     }
 
@@ -195,24 +194,18 @@ impl Journal {
         }
     }
 
-    /// `buf` waits for checkpoint with no copy and has just joined the
-    /// running transaction, which will change it: keep its committed bytes
-    /// for checkpoint first (jbd's frozen data). The copy is taken outside
-    /// the state lock; that is safe because the caller changes the buffer
-    /// only after this returns, and a checkpoint that takes the entry
-    /// meanwhile reads the same, still committed, bytes.
-    fn freeze_checkpointed(&self, buf: &Arc<Buffer>) {
-        let copy = self.cache.block_copy(&buf.read());
-        let mut st = self.state.lock();
-        if let Some(c) = st.checkpoint.get_mut(&buf.block().0) {
-            if c.copy.is_none() {
-                c.copy = Some(copy);
-                st.kept_copies += 1;
-                return;
-            }
+    /// `buf` has just joined the running transaction, which will change
+    /// it. If it waits for checkpoint with no copy (its bytes are the
+    /// committed ones), keep those bytes for checkpoint first (jbd's frozen
+    /// data for a buffer on a checkpoint list).
+    fn freeze_checkpointed(&self, st: &mut JState, buf: &Arc<Buffer>) {
+        let Some(c) = st.checkpoint.get_mut(&buf.block().0) else {
+            return;
+        };
+        if c.copy.is_none() {
+            c.copy = Some(self.cache.block_copy(&buf.read()));
+            st.kept_copies += 1;
         }
-        drop(st);
-        self.cache.recycle(copy);
     }
 }
 
@@ -455,5 +448,72 @@ impl Drop for Handle<'_> {
         if !self.stopped {
             self.release();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Barrier;
+
+    use crate::journal::testing::{mounted, on_device, A};
+
+    /// A buffer costs its handle a credit once per transaction: touching it
+    /// again is free, and a handle of a later transaction pays afresh.
+    #[test]
+    fn a_buffer_costs_a_credit_once_per_transaction() {
+        let (_mem, fs) = mounted();
+        let j = fs.journal();
+        let buf = j.cache.get(A).unwrap();
+        let mut h = j.start(1).unwrap();
+        let tid = h.tid;
+        h.modify(&buf).unwrap().fill(1);
+        assert_eq!(h.credits(), 0);
+        h.modify(&buf).unwrap().fill(2);
+        h.stop().unwrap();
+        j.force_commit().unwrap();
+
+        let mut h = j.start(0).unwrap();
+        assert_ne!(h.tid, tid);
+        let err = h
+            .modify(&buf)
+            .err()
+            .expect("a new transaction charges a credit");
+        assert!(err.to_string().contains("no credits left"), "{err}");
+        h.stop().unwrap();
+        fs.unmount().unwrap();
+    }
+
+    /// Checkpoint writes a committed buffer home from its committed bytes even
+    /// while two handles of the running transaction race to join and change
+    /// it: the first to join copies those bytes before either can change them.
+    #[test]
+    fn a_checkpoint_copy_is_taken_before_any_handle_changes_the_buffer() {
+        let (mem, fs) = mounted();
+        let j = fs.journal();
+        let buf = j.cache.get(A).unwrap();
+        for round in 0..3000u32 {
+            let committed = (round % 200) as u8;
+            let mut h = j.start(1).unwrap();
+            h.modify(&buf).unwrap().fill(committed);
+            h.stop().unwrap();
+            // Committed, and not in the new running transaction: it waits
+            // for checkpoint with no copy of its own.
+            j.force_commit().unwrap();
+            let start = Barrier::new(2);
+            std::thread::scope(|s| {
+                for k in 0..2u8 {
+                    let (j, buf, start) = (j, &buf, &start);
+                    s.spawn(move || {
+                        start.wait();
+                        let mut h = j.start(1).unwrap();
+                        h.modify(buf).unwrap().fill(0xf0 + k);
+                        h.stop().unwrap();
+                    });
+                }
+            });
+            j.checkpoint_all().unwrap();
+            assert_eq!(on_device(&mem, A), vec![committed; 1024], "round {round}");
+        }
+        fs.unmount().unwrap();
     }
 }
