@@ -145,7 +145,26 @@ def machine():
     with open("/proc/meminfo") as f:
         mem = next(int(line.split()[1]) for line in f if line.startswith("MemTotal"))
     return (f"{os.cpu_count()} cores, {mem / 1048576:.0f} GiB, kernel {os.uname().release}; "
-            f"{time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+            f"cpuidle: {cpuidle()}; {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}")
+
+
+def read_sys(path):
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
+def cpuidle():
+    """How idle CPUs sleep. It moves every figure with a thread hand-off in
+    it: a virtual machine's guest that halts at once (haltpoll with
+    guest_halt_poll_ns 0) pays a VM exit for each wake-up of an idle CPU,
+    which slows FUSE's round trips and ext3's loop and jbd2 threads alike,
+    by up to 3x on a single-threaded workload (docs/PERFORMANCE.md)."""
+    governor = read_sys("/sys/devices/system/cpu/cpuidle/current_governor") or "none"
+    poll = read_sys("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+    return f"{governor}, guest_halt_poll_ns {poll}" if poll is not None else governor
 
 
 def header(title, transports=None):
