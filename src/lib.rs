@@ -79,4 +79,6 @@ pub mod fs;
 pub mod fsck;
 pub mod journal;
 pub mod mkfs;
+#[cfg(test)]
+mod testing;
 pub mod util;

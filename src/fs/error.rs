@@ -494,7 +494,6 @@ mod tests {
     use crate::format::InodeNo;
     use crate::fs::namei::Caller;
     use crate::fs::{Filesystem, FsError, MountConfig};
-    use crate::mkfs::{memory_image, MkfsOptions};
 
     const ROOT: InodeNo = InodeNo(2);
     const ME: Caller = Caller { uid: 0, gid: 0 };
@@ -503,15 +502,9 @@ mod tests {
     /// with `mode`, and checks that nothing reaches the device afterwards
     /// and that unmount works; returns the names a new mount finds.
     fn after_shutdown(mode: ShutdownMode) -> (bool, bool) {
-        let opts = MkfsOptions {
-            block_size: Some(1024),
-            ..Default::default()
-        };
-        let mem = Arc::new(memory_image(&opts, 8 << 20).unwrap());
-        let dev: Arc<dyn BlockDevice> = mem.clone();
         let mut cfg = MountConfig::default();
         cfg.journal.commit_interval = std::time::Duration::from_secs(300);
-        let fs = Filesystem::mount(dev, &cfg).unwrap();
+        let (mem, fs) = crate::testing::memory_fs(8 << 20, &cfg);
         let (f, _) = fs.mknod(ROOT, b"synced", 0o100644, 0, ME).unwrap();
         fs.write(f, 0, b"kept", true).unwrap();
         fs.fsync(f, false).unwrap();

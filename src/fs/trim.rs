@@ -103,24 +103,17 @@ impl Filesystem {
 mod tests {
     use std::sync::Arc;
 
-    use crate::device::{BlockDevice, MemoryDevice};
-    use crate::format::InodeNo;
+    use crate::device::MemoryDevice;
+    use crate::format::{BlockNo, InodeNo};
     use crate::fs::namei::Caller;
     use crate::fs::{Filesystem, FsError, MountConfig};
-    use crate::mkfs::{memory_image, MkfsOptions};
+    use crate::testing::{memory_fs, on_device};
 
     const ROOT: InodeNo = InodeNo(2);
     const ME: Caller = Caller { uid: 0, gid: 0 };
 
     fn mounted() -> (Arc<MemoryDevice>, Arc<Filesystem>) {
-        let opts = MkfsOptions {
-            block_size: Some(1024),
-            ..Default::default()
-        };
-        let mem = Arc::new(memory_image(&opts, 8 << 20).unwrap());
-        let dev: Arc<dyn BlockDevice> = mem.clone();
-        let fs = Filesystem::mount(dev, &MountConfig::default()).unwrap();
-        (mem, fs)
+        memory_fs(8 << 20, &MountConfig::default())
     }
 
     fn blocks_of(fs: &Filesystem, ino: InodeNo) -> Vec<u32> {
@@ -131,9 +124,7 @@ mod tests {
     }
 
     fn block_is_zero(mem: &MemoryDevice, b: u32) -> bool {
-        let mut buf = vec![0u8; 1024];
-        mem.read_at(&mut buf, b as u64 * 1024).unwrap();
-        buf.iter().all(|&x| x == 0)
+        on_device(mem, BlockNo(b)).iter().all(|&x| x == 0)
     }
 
     /// Blocks freed by an uncommitted transaction keep their contents; once

@@ -1181,15 +1181,13 @@ fn truncate(ctx: &mut Ctx, ino: u32, inode: &mut Inode, keep: u64) -> io::Result
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
 
     use super::*;
     use crate::device::{BlockDevice, MemoryDevice};
     use crate::format::InodeNo;
     use crate::fs::namei::Caller;
-    use crate::fs::{Filesystem, MountConfig};
+    use crate::fs::MountConfig;
     use crate::fsck::{check, exit, read_superblock, super_check, FsckOptions, Report};
-    use crate::mkfs::MkfsOptions;
 
     const WHO: Caller = Caller { uid: 0, gid: 0 };
 
@@ -1269,13 +1267,7 @@ mod tests {
     /// A 1 KiB-block jbdfs image with directory "d" holding `files` names
     /// of `len` bytes (hard links to one file), written by jbdfs: linear.
     fn image_with_dir(files: u32, len: usize) -> (MemoryDevice, u32) {
-        let opts = MkfsOptions {
-            block_size: Some(1024),
-            ..Default::default()
-        };
-        let mem = Arc::new(crate::mkfs::memory_image(&opts, 16 << 20).unwrap());
-        let dev: Arc<dyn BlockDevice> = mem.clone();
-        let fs = Filesystem::mount(dev, &MountConfig::default()).unwrap();
+        let (mem, fs) = crate::testing::memory_fs(16 << 20, &MountConfig::default());
         // jbdfs indexes a directory it grows when the filesystem has
         // dir_index: hide the feature while "d" grows, so it stays linear.
         let dir_index = crate::format::superblock::feature::COMPAT_DIR_INDEX;

@@ -21,7 +21,7 @@
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use super::journal::Journal;
+use super::journal::{add_micros, Journal};
 
 /// Below this average commit time, bdelay=auto never waits. Measured with
 /// `-o devsim=` (docs/PERFORMANCE.md): any wait loses on ram (commits of
@@ -132,10 +132,7 @@ impl Journal {
             Batching::Jbd2 { min_us, max_us } => self.jbd2_wait(min_us, max_us),
             Batching::Auto { max_us } => self.auto_wait(max_us),
         }
-        let waited = started.elapsed().as_micros() as u64;
-        self.counters
-            .batch_wait_micros
-            .fetch_add(waited, Ordering::Relaxed);
+        add_micros(&self.counters.batch_wait_micros, started.elapsed());
     }
 
     /// The 2008 loop: wait while other handles keep joining.
@@ -213,9 +210,7 @@ impl Journal {
     /// Counts a batching wait spent outside the journal (a transport's
     /// gathering) in the statistics' "waiting to batch".
     pub fn note_batch_wait(&self, waited: Duration) {
-        self.counters
-            .batch_wait_micros
-            .fetch_add(waited.as_micros() as u64, Ordering::Relaxed);
+        add_micros(&self.counters.batch_wait_micros, waited);
     }
 
     /// Whether this device's commits take long enough (the floor at

@@ -14,7 +14,7 @@ use std::io;
 use std::time::{Duration, Instant};
 
 use super::checkpoint::Checkpointed;
-use super::journal::{Journal, LogArea};
+use super::journal::{add_micros, Journal, LogArea};
 use super::parallel::{write_runs, Run};
 use super::revoke::revoke_records;
 use super::transaction::Transaction;
@@ -275,18 +275,13 @@ impl Journal {
         c.handles.fetch_add(f.t.handles as u64, Relaxed);
         c.blocks.fetch_add(blocks, Relaxed);
         c.logged_blocks.fetch_add(logged, Relaxed);
-        c.commit_micros
-            .fetch_add(started.elapsed().as_micros() as u64, Relaxed);
+        add_micros(&c.commit_micros, started.elapsed());
         add_micros(&c.run_micros, f.ran);
         add_micros(&c.locked_micros, f.locked);
         self.note_commit_time(started.elapsed());
         self.wake.notify_all();
         self.run_commit_callbacks();
     }
-}
-
-pub(super) fn add_micros(counter: &std::sync::atomic::AtomicU64, d: Duration) {
-    counter.fetch_add(d.as_micros() as u64, std::sync::atomic::Ordering::Relaxed);
 }
 
 /// A logged block as the log must hold it: escaped when it begins with the
@@ -305,7 +300,8 @@ mod tests {
     use std::time::Instant;
 
     use crate::format::BlockNo;
-    use crate::journal::testing::{mounted, on_device, A, B};
+    use crate::journal::testing::{mounted, A, B};
+    use crate::testing::on_device;
 
     /// Commit lets new handles in as soon as the old ones have stopped,
     /// before it copies the buffers it logs. A handle that changes one of

@@ -149,6 +149,11 @@ pub(super) struct Counters {
     pub flushing_micros: AtomicU64,
 }
 
+/// Adds `d` to a microsecond counter of [`Counters`].
+pub(super) fn add_micros(counter: &AtomicU64, d: Duration) {
+    counter.fetch_add(d.as_micros() as u64, Ordering::Relaxed);
+}
+
 /// The journal of one mounted filesystem.
 pub struct Journal {
     /// [immutable after new]

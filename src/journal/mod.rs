@@ -161,10 +161,9 @@ impl fmt::Display for JournalBlock {
 pub(crate) mod testing {
     use std::sync::Arc;
 
-    use crate::device::{BlockDevice, MemoryDevice};
+    use crate::device::MemoryDevice;
     use crate::format::BlockNo;
     use crate::fs::{Filesystem, MountConfig};
-    use crate::mkfs::{memory_image, MkfsOptions};
 
     /// Two blocks near the image's end, where no metadata lives: a test
     /// may journal any bytes in them.
@@ -172,20 +171,7 @@ pub(crate) mod testing {
     pub(crate) const B: BlockNo = BlockNo(32_001);
 
     pub(crate) fn mounted() -> (Arc<MemoryDevice>, Arc<Filesystem>) {
-        let opts = MkfsOptions {
-            block_size: Some(1024),
-            ..Default::default()
-        };
-        let mem = Arc::new(memory_image(&opts, 32 << 20).unwrap());
-        let dev: Arc<dyn BlockDevice> = mem.clone();
-        let fs = Filesystem::mount(dev, &MountConfig::default()).unwrap();
-        (mem, fs)
-    }
-
-    pub(crate) fn on_device(mem: &MemoryDevice, block: BlockNo) -> Vec<u8> {
-        let mut bytes = vec![0u8; 1024];
-        mem.read_at(&mut bytes, block.0 as u64 * 1024).unwrap();
-        bytes
+        crate::testing::memory_fs(32 << 20, &MountConfig::default())
     }
 }
 

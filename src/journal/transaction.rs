@@ -118,7 +118,7 @@ impl Journal {
             if st.locked {
                 let since = Instant::now();
                 self.wake.wait(st);
-                super::commit::add_micros(&self.counters.start_wait_micros, since.elapsed());
+                super::journal::add_micros(&self.counters.start_wait_micros, since.elapsed());
                 continue;
             }
             if !self.logging() || st.running.outstanding + credits <= max {
@@ -455,7 +455,8 @@ impl Drop for Handle<'_> {
 mod tests {
     use std::sync::Barrier;
 
-    use crate::journal::testing::{mounted, on_device, A};
+    use crate::journal::testing::{mounted, A};
+    use crate::testing::on_device;
 
     /// A buffer costs its handle a credit once per transaction: touching it
     /// again is free, and a handle of a later transaction pays afresh.
