@@ -21,10 +21,10 @@ impl Filesystem {
             return Err(FsError::ReadOnly);
         }
         let parent_group = self.sb.lock().inode_group(parent.0).0;
-        let order = if is_dir {
-            self.dir_group_order()?
+        let order: Box<dyn Iterator<Item = GroupNo>> = if is_dir {
+            Box::new(self.dir_group_order()?.into_iter())
         } else {
-            self.other_group_order(parent_group)
+            Box::new(file_group_order(parent_group, self.groups))
         };
         for g in order {
             if let Some(ino) = self.alloc_inode_in_group(h, g, is_dir)? {
@@ -52,21 +52,6 @@ impl Filesystem {
             stats.into_iter().partition(|s| s.1 as u64 >= avg.max(1));
         good.sort_by_key(|s| (s.3, std::cmp::Reverse(s.2)));
         Ok(good.into_iter().chain(rest).map(|s| s.0).collect())
-    }
-
-    /// Groups for a file: the parent's, then a quadratic probe, then all.
-    fn other_group_order(&self, parent: GroupNo) -> Vec<GroupNo> {
-        let n = self.groups;
-        let mut order = vec![parent];
-        let mut step = 1;
-        let mut g = parent.0;
-        while step < n {
-            g = (g + step) % n;
-            order.push(GroupNo(g));
-            step <<= 1;
-        }
-        order.extend((1..n).map(|i| GroupNo((parent.0 + i) % n)));
-        order
     }
 
     fn alloc_inode_in_group(
@@ -129,5 +114,34 @@ impl Filesystem {
         })?;
         self.free_inodes.fetch_add(1, Ordering::Relaxed);
         Ok(())
+    }
+}
+
+/// Groups for a file: the parent's, then a quadratic probe (the parent's
+/// plus 1, 3, 7 and so on), then all of them from the parent's on. Lazy:
+/// nearly every create stops at the parent's group, and a large
+/// filesystem has thousands of groups.
+fn file_group_order(parent: GroupNo, groups: u32) -> impl Iterator<Item = GroupNo> {
+    let n = groups as u64;
+    let at = move |off: u64| GroupNo(((parent.0 as u64 + off) % n) as u32);
+    let probe = (0..32)
+        .map(|k| 1u64 << k)
+        .take_while(move |&step| step < n)
+        .map(move |step| at(2 * step - 1));
+    std::iter::once(parent).chain(probe).chain((1..n).map(at))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_file_looks_in_its_parents_group_then_probes_then_tries_all() {
+        let order: Vec<u32> = file_group_order(GroupNo(5), 16).map(|g| g.0).collect();
+        let mut want = vec![5, 6, 8, 12, 4];
+        want.extend((1..16).map(|i| (5 + i) % 16));
+        assert_eq!(order, want);
+        let one: Vec<u32> = file_group_order(GroupNo(0), 1).map(|g| g.0).collect();
+        assert_eq!(one, vec![0]);
     }
 }
