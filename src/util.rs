@@ -1,5 +1,6 @@
 //! Small helpers shared across layers: time, randomness, unique names.
 
+pub mod inthash;
 pub mod rng;
 
 use std::sync::atomic::{AtomicU64, Ordering};

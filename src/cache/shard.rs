@@ -9,7 +9,7 @@
 //! Everything here runs under the shard's mutex and does no I/O and takes no
 //! other lock: buffer state is read through atomics only.
 
-use std::collections::HashMap;
+use crate::util::inthash::IntMap;
 use std::sync::Arc;
 
 use super::buffer::Buffer;
@@ -22,11 +22,11 @@ struct Slot {
 
 pub(super) struct Shard {
     /// Buffers on the ring: block -> index in `slots`.
-    map: HashMap<BlockNo, usize>,
+    map: IntMap<BlockNo, usize>,
     slots: Vec<Option<Slot>>,
     free: Vec<usize>,
     /// Pinned buffers taken off the ring (CLOCK has nothing to do with them).
-    parked: HashMap<BlockNo, Arc<Buffer>>,
+    parked: IntMap<BlockNo, Arc<Buffer>>,
     hand: usize,
     /// Buffers this shard may hold before it starts evicting.
     budget: usize,
@@ -46,10 +46,10 @@ pub(super) fn evictable(buf: &Arc<Buffer>) -> bool {
 impl Shard {
     pub(super) fn new(budget: usize) -> Self {
         Shard {
-            map: HashMap::new(),
+            map: IntMap::default(),
             slots: Vec::new(),
             free: Vec::new(),
-            parked: HashMap::new(),
+            parked: IntMap::default(),
             hand: 0,
             budget,
             hits: 0,

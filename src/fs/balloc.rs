@@ -226,14 +226,23 @@ enum Respect {
 
 /// The first clear bit in `map` at or after `from` and before `limit`.
 pub(crate) fn find_zero(map: &[u8], from: u32, limit: u32) -> Option<u32> {
+    let limit = limit.min(map.len() as u32 * 8);
     let mut i = from;
     while i < limit {
-        let byte = map[(i / 8) as usize];
-        if byte == 0xFF && i % 8 == 0 {
-            i += 8;
-            continue;
+        // A group's used blocks come first: whole words of them are
+        // skipped 64 at a time, not bit by bit.
+        if i % 64 == 0 && i + 64 <= limit {
+            let at = (i / 8) as usize;
+            if let Some(word) = map.get(at..at + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
+                let word = u64::from_le_bytes(word);
+                if word != u64::MAX {
+                    return Some(i + word.trailing_ones());
+                }
+                i += 64;
+                continue;
+            }
         }
-        if byte & (1 << (i % 8)) == 0 {
+        if map[(i / 8) as usize] & (1 << (i % 8)) == 0 {
             return Some(i);
         }
         i += 1;
@@ -682,6 +691,18 @@ mod tests {
         assert_eq!(find_zero(&map, 0, 32), Some(20));
         assert_eq!(find_zero(&map, 21, 32), None);
         assert_eq!(find_zero(&map, 0, 20), None);
+        // Whole words of set bits, then a partial one; a limit inside a
+        // word; a start inside a word.
+        let mut map = vec![0xFFu8; 64];
+        map[37] = 0b1101_1111;
+        assert_eq!(find_zero(&map, 0, 512), Some(37 * 8 + 5));
+        assert_eq!(find_zero(&map, 37 * 8 + 6, 512), None);
+        assert_eq!(find_zero(&map, 3, 37 * 8 + 5), None);
+        assert_eq!(find_zero(&map, 0, 37 * 8 + 6), Some(37 * 8 + 5));
+        assert_eq!(find_zero(&map, 0, 4096), Some(37 * 8 + 5), "limit past the map");
+        map[0] = 0xFE;
+        assert_eq!(find_zero(&map, 0, 512), Some(0));
+        assert_eq!(find_zero(&map, 1, 512), Some(37 * 8 + 5));
         clear_bit(&mut map, 3);
         assert!(!test_bit(&map, 3));
         set_bit(&mut map, 3);

@@ -4,7 +4,7 @@
 //! Each inode in use has one [`InodeRef`], whose lock serialises changes to
 //! that inode; operations on different inodes run in parallel.
 
-use std::collections::HashMap;
+use crate::util::inthash::IntMap;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -54,19 +54,19 @@ const SHARDS: usize = 64;
 /// The inodes currently in memory, sharded so that lookups of different
 /// inodes do not contend.
 pub struct InodeCache {
-    shards: Vec<Mutex<HashMap<u32, Arc<InodeRef>>>>,
+    shards: Vec<Mutex<IntMap<u32, Arc<InodeRef>>>>,
 }
 
 impl Default for InodeCache {
     fn default() -> Self {
         InodeCache {
-            shards: (0..SHARDS).map(|_| Mutex::new(HashMap::new())).collect(),
+            shards: (0..SHARDS).map(|_| Mutex::new(IntMap::default())).collect(),
         }
     }
 }
 
 impl InodeCache {
-    fn shard(&self, ino: InodeNo) -> &Mutex<HashMap<u32, Arc<InodeRef>>> {
+    fn shard(&self, ino: InodeNo) -> &Mutex<IntMap<u32, Arc<InodeRef>>> {
         &self.shards[ino.0 as usize % SHARDS]
     }
 

@@ -8,8 +8,8 @@
 //! commit block, so the data is on the device before the commit block that
 //! references it; in data=writeback it does not wait.
 
+use crate::util::inthash::IntSet;
 use std::borrow::Cow;
-use std::collections::HashSet;
 use std::io;
 use std::time::{Duration, Instant};
 
@@ -234,7 +234,7 @@ impl Journal {
         let mut st = self.state.lock();
         // A buffer the running transaction joined and then freed may have
         // changed as well: it keeps its copy too.
-        let revoked: HashSet<u32> = st.running.revokes.iter().copied().collect();
+        let revoked: IntSet<u32> = st.running.revokes.iter().copied().collect();
         let mut replaced = Vec::new();
         let mut unneeded = Vec::new();
         let blocks = f.copies.len() as u64;

@@ -7,7 +7,7 @@
 //! below says what guards it, in brackets, as jbd2.h does; the order in
 //! which those locks nest is in mod.rs.
 
-use std::collections::{HashMap, HashSet};
+use crate::util::inthash::{IntMap, IntSet};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -53,15 +53,15 @@ pub(super) struct JState {
     /// [state; set and cleared by the committer]
     pub locked: bool,
     /// Blocks of the committing transaction. [state; committer changes]
-    pub committing: HashSet<u32>,
+    pub committing: IntSet<u32>,
     /// Blocks of `committing` whose frozen copy the committer has taken.
     /// [state; committer changes]
-    pub frozen: HashSet<u32>,
+    pub frozen: IntSet<u32>,
     /// Frozen copies of committing blocks that a handle of the running
     /// transaction took before it first changed them (jbd's b_frozen_data
     /// made in do_get_write_access), for the committer to log.
     /// [state; a joining handle adds, the committer takes]
-    pub frozen_early: HashMap<u32, Box<[u8]>>,
+    pub frozen_early: IntMap<u32, Box<[u8]>>,
     /// The newest transaction someone wants committed now. [state]
     pub commit_request: Tid,
     /// A data=journal writer wants the commit thread to checkpoint. [state]
@@ -74,13 +74,13 @@ pub(super) struct JState {
     pub log_empty: bool,
     /// Committed buffers not yet written home. [state; the committer files
     /// and unfiles entries, a joining handle adds a copy to one]
-    pub checkpoint: HashMap<u32, Checkpointed>,
+    pub checkpoint: IntMap<u32, Checkpointed>,
     /// Blocks a checkpoint has taken off `checkpoint` and is writing home,
     /// until it has let go of them: meanwhile the log's copy is still the
     /// newest on its way to the device, and a data write to the block must
     /// go through the log too (else the checkpoint's older copy could land
     /// over it). [state; the checkpointer fills and empties it]
-    pub checkpointing: HashSet<u32>,
+    pub checkpointing: IntSet<u32>,
     /// How many `checkpoint` entries hold a copy (memory beyond the cache).
     /// [state]
     pub kept_copies: usize,
@@ -178,7 +178,7 @@ pub struct Journal {
     pub(super) commit_lock: Mutex<()>,
     /// Blocks freed by transactions not yet committed. [its own lock, a
     /// leaf: never held with `state`]
-    pub(super) pending_free: Mutex<HashSet<u32>>,
+    pub(super) pending_free: Mutex<IntSet<u32>>,
     pub(super) counters: Counters,
     /// Handles started, ever. [atomic]
     pub(super) handles: AtomicU64,
@@ -215,16 +215,16 @@ impl Journal {
             state: Mutex::new(JState {
                 running: Transaction::new(Tid(1)),
                 locked: false,
-                committing: HashSet::new(),
-                frozen: HashSet::new(),
-                frozen_early: HashMap::new(),
+                committing: IntSet::default(),
+                frozen: IntSet::default(),
+                frozen_early: IntMap::default(),
                 commit_request: Tid(0),
                 checkpoint_request: false,
                 committed: Tid(0),
                 head: JournalBlock(0),
                 log_empty: true,
-                checkpoint: HashMap::new(),
-                checkpointing: HashSet::new(),
+                checkpoint: IntMap::default(),
+                checkpointing: IntSet::default(),
                 kept_copies: 0,
                 shutdown: false,
                 error: None,
@@ -234,7 +234,7 @@ impl Journal {
             drained: Condvar::new(),
             commit_wake: Condvar::new(),
             commit_lock: Mutex::new(()),
-            pending_free: Mutex::new(HashSet::new()),
+            pending_free: Mutex::new(IntSet::default()),
             counters: Counters::default(),
             handles: AtomicU64::new(0),
             config: Mutex::new(JournalConfig {

@@ -14,7 +14,7 @@
 //!   blocks: which home blocks must not be replayed from which
 //!   transactions.
 
-use std::collections::HashMap;
+use crate::util::inthash::IntMap;
 use std::io;
 
 use super::commit::to_io;
@@ -89,7 +89,7 @@ pub(super) fn revoke_records(bs: usize, tid: Tid, mut revokes: &[u32]) -> io::Re
 /// Home block number -> the latest transaction that revoked it.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct RevokeTable {
-    records: HashMap<BlockNo, Tid>,
+    records: IntMap<BlockNo, Tid>,
 }
 
 impl RevokeTable {

@@ -17,7 +17,7 @@
 //! copy (its bytes are the committed ones); a handle that joins it later
 //! copies it first, as jbd freezes a buffer that its checkpoint still needs.
 
-use std::collections::HashSet;
+use crate::util::inthash::IntSet;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -37,7 +37,7 @@ pub(super) struct Transaction {
     /// The buffers joined, in joining order. [state]
     pub buffers: Vec<Arc<Buffer>>,
     /// The home blocks of `buffers`. [state]
-    pub members: HashSet<u32>,
+    pub members: IntSet<u32>,
     /// Blocks freed in this transaction: revoked in the log, and not
     /// reallocated until it commits. [state]
     pub revokes: Vec<u32>,
@@ -61,7 +61,7 @@ impl Transaction {
         Transaction {
             tid,
             buffers: Vec::new(),
-            members: HashSet::new(),
+            members: IntSet::default(),
             revokes: Vec::new(),
             freed: Vec::new(),
             updates: 0,
