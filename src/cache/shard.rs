@@ -9,11 +9,11 @@
 //! Everything here runs under the shard's mutex and does no I/O and takes no
 //! other lock: buffer state is read through atomics only.
 
-use crate::util::inthash::IntMap;
 use std::sync::Arc;
 
 use super::buffer::Buffer;
 use crate::format::BlockNo;
+use crate::util::inthash::IntMap;
 
 struct Slot {
     buf: Arc<Buffer>,

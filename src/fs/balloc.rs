@@ -233,7 +233,10 @@ pub(crate) fn find_zero(map: &[u8], from: u32, limit: u32) -> Option<u32> {
         // skipped 64 at a time, not bit by bit.
         if i % 64 == 0 && i + 64 <= limit {
             let at = (i / 8) as usize;
-            if let Some(word) = map.get(at..at + 8).and_then(|w| <[u8; 8]>::try_from(w).ok()) {
+            if let Some(word) = map
+                .get(at..at + 8)
+                .and_then(|w| <[u8; 8]>::try_from(w).ok())
+            {
                 let word = u64::from_le_bytes(word);
                 if word != u64::MAX {
                     return Some(i + word.trailing_ones());
@@ -699,7 +702,11 @@ mod tests {
         assert_eq!(find_zero(&map, 37 * 8 + 6, 512), None);
         assert_eq!(find_zero(&map, 3, 37 * 8 + 5), None);
         assert_eq!(find_zero(&map, 0, 37 * 8 + 6), Some(37 * 8 + 5));
-        assert_eq!(find_zero(&map, 0, 4096), Some(37 * 8 + 5), "limit past the map");
+        assert_eq!(
+            find_zero(&map, 0, 4096),
+            Some(37 * 8 + 5),
+            "limit past the map"
+        );
         map[0] = 0xFE;
         assert_eq!(find_zero(&map, 0, 512), Some(0));
         assert_eq!(find_zero(&map, 1, 512), Some(37 * 8 + 5));

@@ -4,7 +4,6 @@
 //! Each inode in use has one [`InodeRef`], whose lock serialises changes to
 //! that inode; operations on different inodes run in parallel.
 
-use crate::util::inthash::IntMap;
 use std::sync::Arc;
 
 use parking_lot::{Mutex, RwLock};
@@ -13,6 +12,7 @@ use super::{Filesystem, FsError, Result};
 use crate::format::inode::Inode;
 use crate::format::{BlockNo, Corruption, InodeNo, Location};
 use crate::journal::Handle;
+use crate::util::inthash::IntMap;
 
 /// An inode's in-memory state, behind its lock.
 #[derive(Debug)]

@@ -8,7 +8,6 @@
 //! commit block, so the data is on the device before the commit block that
 //! references it; in data=writeback it does not wait.
 
-use crate::util::inthash::IntSet;
 use std::borrow::Cow;
 use std::io;
 use std::time::{Duration, Instant};
@@ -20,6 +19,7 @@ use super::revoke::revoke_records;
 use super::transaction::Transaction;
 use super::{JournalBlock, Tid};
 use crate::format::jbd::{self, CommitBlock, LoggedBlock};
+use crate::util::inthash::IntSet;
 
 /// A transaction that no handle can join any more.
 struct Drained {

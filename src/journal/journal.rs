@@ -7,7 +7,6 @@
 //! below says what guards it, in brackets, as jbd2.h does; the order in
 //! which those locks nest is in mod.rs.
 
-use crate::util::inthash::{IntMap, IntSet};
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock, Weak};
@@ -22,6 +21,7 @@ use super::{CommitFlushHook, JournalBlock, JournalConfig, Tid};
 use crate::cache::BufferCache;
 use crate::device::BlockDevice;
 use crate::format::jbd::{self, JournalSuperblock};
+use crate::util::inthash::{IntMap, IntSet};
 
 /// Where the log lives and how to write it. [immutable after enable]
 pub(super) struct LogArea {

@@ -14,13 +14,13 @@
 //!   blocks: which home blocks must not be replayed from which
 //!   transactions.
 
-use crate::util::inthash::IntMap;
 use std::io;
 
 use super::commit::to_io;
 use super::journal::Journal;
 use super::Tid;
 use crate::format::{jbd, BlockNo};
+use crate::util::inthash::IntMap;
 
 impl Journal {
     /// Records that `block` was freed: its logged copies must never be

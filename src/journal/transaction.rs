@@ -17,7 +17,6 @@
 //! copy (its bytes are the committed ones); a handle that joins it later
 //! copies it first, as jbd freezes a buffer that its checkpoint still needs.
 
-use crate::util::inthash::IntSet;
 use std::io;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -26,6 +25,7 @@ use std::time::{Duration, Instant};
 use super::journal::{CommitCallback, CommitStart, JState, Journal};
 use super::Tid;
 use crate::cache::{Buffer, BufferWriteGuard};
+use crate::util::inthash::IntSet;
 
 /// A transaction's buffers and bookkeeping (jbd2's transaction_t). While
 /// it runs it sits in `JState::running` and every field is under
