@@ -332,19 +332,32 @@ pub fn parse_block(
 /// Writes `e` at `off`. The entry must be self-consistent and fit the block;
 /// bytes of the record past the name are left as they were.
 pub fn write_entry(block: &mut [u8], off: usize, e: &DirEntry) -> Result<(), FormatError> {
-    let len = e.rec_len;
     if e.name.len() != usize::from(e.name_len) {
         return Err(bad("name_len", e.name_len, "does not match the name"));
     }
-    check_rec_len(e.rec_len, e.name_len, block.len().saturating_sub(off))?;
+    write_raw(block, off, e.inode, e.rec_len, &e.name, e.file_type)
+}
+
+/// Writes one entry at `off`; `name` is at most 255 bytes.
+fn write_raw(
+    block: &mut [u8],
+    off: usize,
+    inode: InodeNo,
+    len: usize,
+    name: &[u8],
+    file_type: u8,
+) -> Result<(), FormatError> {
+    let name_len =
+        u8::try_from(name.len()).map_err(|_| bad("name_len", name.len() as u64, "over 255"))?;
+    check_rec_len(len, name_len, block.len().saturating_sub(off))?;
     let raw = to_rec_len(len, block.len())?;
     let b = block
         .get_mut(off..off + len)
         .ok_or_else(|| bad("rec_len", len as u64, "directory entry across blocks"))?;
-    put_le32(b, DE_INODE, e.inode.0);
+    put_le32(b, DE_INODE, inode.0);
     put_le16(b, DE_REC_LEN, raw);
-    put_bytes(b, DE_NAME_LEN, &[e.name_len, e.file_type]);
-    put_bytes(b, DIRENT_HEADER_LEN, &e.name);
+    put_bytes(b, DE_NAME_LEN, &[name_len, file_type]);
+    put_bytes(b, DIRENT_HEADER_LEN, name);
     Ok(())
 }
 
@@ -443,30 +456,131 @@ pub fn insert_entry(
     name: &[u8],
     file_type: u8,
 ) -> Result<Insert, DirentError> {
+    insert_entry_room(block, inode, name, file_type).map(|(r, _)| r)
+}
+
+/// [`insert_entry`], and the block's largest slack afterwards (what
+/// [`block_room`] would find), from the same single pass over the block.
+pub fn insert_entry_room(
+    block: &mut [u8],
+    inode: InodeNo,
+    name: &[u8],
+    file_type: u8,
+) -> Result<(Insert, usize), DirentError> {
+    match plan_insert(block, name)? {
+        Planned::Exists(off) => Ok((Insert::Exists(off), block_room(block))),
+        Planned::Plan(plan) => {
+            let r = apply_insert(block, &plan, inode, name, file_type)?;
+            let room = match r {
+                Insert::Inserted(_) => plan.room_after,
+                _ => plan.room_now,
+            };
+            Ok((r, room))
+        }
+    }
+}
+
+/// The largest slack of any entry in the block: the longest name a new
+/// entry could have without packing the block.
+pub fn block_room(block: &[u8]) -> usize {
+    iter_block(block, None)
+        .filter_map(|e| e.ok())
+        .map(|e| e.rec_len - e.used_len())
+        .max()
+        .unwrap_or(0)
+}
+
+/// What one pass over a block finds about inserting a name:
+/// [`plan_insert`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Planned {
+    /// The name is present, at this offset.
+    Exists(usize),
+    Plan(InsertPlan),
+}
+
+/// Where a new entry would go, and the block's slack before and after.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct InsertPlan {
+    /// The first entry whose slack holds the new one: its offset, the
+    /// bytes it uses and its rec_len. None when no single slack is large
+    /// enough (packing the block may still make room: see `free`).
+    slot: Option<(usize, usize, usize)>,
+    /// The record length the new entry needs.
+    pub need: usize,
+    /// All the slack in the block together.
+    pub free: usize,
+    /// The largest slack now.
+    pub room_now: usize,
+    /// The largest slack once the entry is in `slot`.
+    pub room_after: usize,
+}
+
+impl InsertPlan {
+    pub fn fits(&self) -> bool {
+        self.slot.is_some()
+    }
+}
+
+/// One pass over a block for inserting `name`: whether it is there,
+/// where it would go, and the slack before and after, so that a caller
+/// that holds the directory's lock between this and [`apply_insert`]
+/// need not walk the block again.
+pub fn plan_insert(block: &[u8], name: &[u8]) -> Result<Planned, DirentError> {
     let need = check_new_name(name).map_err(|e| DirentError::new(0, e))?;
     let mut slot = None;
+    let mut free = 0;
+    // The two largest slacks, and where the largest is: after the insert
+    // the slot's own slack is gone, and the new entry keeps what is left.
+    let (mut max1, mut max1_at, mut max2) = (0, usize::MAX, 0);
     for e in iter_block(block, None) {
         let e = e?;
         if e.inode.0 != 0 && e.name == name {
-            return Ok(Insert::Exists(e.offset));
+            return Ok(Planned::Exists(e.offset));
         }
-        let fits = e.rec_len >= e.used_len() + need;
-        if slot.is_none() && fits {
-            slot = Some((e.offset, e.used_len(), e.rec_len));
+        let used = e.used_len();
+        let slack = e.rec_len - used;
+        free += slack;
+        if slot.is_none() && slack >= need {
+            slot = Some((e.offset, used, e.rec_len));
+        }
+        if slack > max1 {
+            (max2, max1, max1_at) = (max1, slack, e.offset);
+        } else if slack > max2 {
+            max2 = slack;
         }
     }
-    let Some((off, used, rec_len)) = slot else {
+    let room_after = match slot {
+        Some((off, used, rec_len)) => {
+            let others = if off == max1_at { max2 } else { max1 };
+            others.max(rec_len - used - need)
+        }
+        None => max1,
+    };
+    Ok(Planned::Plan(InsertPlan {
+        slot,
+        need,
+        free,
+        room_now: max1,
+        room_after,
+    }))
+}
+
+/// Puts `name` where `plan` (made by [`plan_insert`] on this block, with
+/// nothing changed since) says; NoSpace when no slot held it.
+pub fn apply_insert(
+    block: &mut [u8],
+    plan: &InsertPlan,
+    inode: InodeNo,
+    name: &[u8],
+    file_type: u8,
+) -> Result<Insert, DirentError> {
+    let Some((off, used, rec_len)) = plan.slot else {
         return Ok(Insert::NoSpace);
     };
     let new_off = split_slot(block, off, used)?;
-    let entry = DirEntry {
-        inode,
-        rec_len: rec_len - used,
-        name_len: name.len() as u8,
-        file_type,
-        name: name.to_vec(),
-    };
-    write_entry(block, new_off, &entry).map_err(|e| DirentError::new(new_off, e))?;
+    write_raw(block, new_off, inode, rec_len - used, name, file_type)
+        .map_err(|e| DirentError::new(new_off, e))?;
     Ok(Insert::Inserted(new_off))
 }
 
@@ -584,6 +698,63 @@ mod tests {
             (&b".."[..], InodeNo(2), 4084)
         );
         assert!(got.iter().all(|e| e.file_type == EXT2_FT_DIR));
+    }
+
+    /// The one-pass plan against separate passes: on blocks built by
+    /// random inserts and removes (so that slack is scattered, and unused
+    /// entries appear), each insert lands where the first fitting entry
+    /// is, and the room it reports is what a walk of the block finds.
+    #[test]
+    fn one_pass_plans_agree_with_walking_the_block() {
+        let mut rng = Rng::new(17);
+        for round in 0..200 {
+            let mut block = new_dir_block(1024, InodeNo(12), InodeNo(2)).unwrap();
+            let mut live: Vec<Vec<u8>> = Vec::new();
+            for step in 0..150 {
+                if !live.is_empty() && rng.chance(35) {
+                    let i = rng.below(live.len() as u64) as usize;
+                    let gone = live.swap_remove(i);
+                    assert!(remove_entry(&mut block, &gone).unwrap().is_some());
+                    continue;
+                }
+                let len = 1 + rng.below(40) as usize;
+                let name: Vec<u8> = format!("r{round}s{step}-{}", "x".repeat(len)).into_bytes();
+                let free: usize = iter_block(&block, None)
+                    .map(|e| e.unwrap())
+                    .map(|e| e.rec_len - e.used_len())
+                    .sum();
+                let first_fit = iter_block(&block, None)
+                    .map(|e| e.unwrap())
+                    .find(|e| e.rec_len - e.used_len() >= rec_len_for(name.len()))
+                    .map(|e| e.offset + e.used_len());
+                let Planned::Plan(plan) = plan_insert(&block, &name).unwrap() else {
+                    panic!("a new name found present");
+                };
+                assert_eq!((plan.free, plan.room_now), (free, block_room(&block)));
+                let (r, room) =
+                    insert_entry_room(&mut block, InodeNo(20 + step), &name, 1).unwrap();
+                match r {
+                    Insert::Inserted(off) => {
+                        assert_eq!(Some(off), first_fit);
+                        live.push(name);
+                    }
+                    Insert::NoSpace => assert_eq!(first_fit, None),
+                    Insert::Exists(_) => panic!("a new name found present"),
+                }
+                assert_eq!(room, block_room(&block), "round {round} step {step}");
+                let mut want = live.clone();
+                want.sort();
+                let mut got: Vec<Vec<u8>> = names(&block).into_iter().skip(2).collect();
+                got.sort();
+                assert_eq!(got, want);
+            }
+            if let Some(present) = live.first() {
+                assert!(matches!(
+                    plan_insert(&block, present).unwrap(),
+                    Planned::Exists(_)
+                ));
+            }
+        }
     }
 
     #[test]

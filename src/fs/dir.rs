@@ -54,11 +54,7 @@ impl DirIndex {
 
 /// The longest new entry that fits in `block`.
 pub(crate) fn block_room(block: &[u8]) -> u32 {
-    dirent::iter_block(block, None)
-        .filter_map(|e| e.ok())
-        .map(|e| e.rec_len - e.used_len())
-        .max()
-        .unwrap_or(0) as u32
+    dirent::block_room(block) as u32
 }
 
 impl Filesystem {
@@ -246,10 +242,11 @@ impl Filesystem {
         let buf = self.dir_block(dir, st, block)?;
         let (res, room) = {
             let mut data = h.modify(&buf)?;
-            let r = dirent::insert_entry(&mut data, ino, name, file_type);
-            (r, block_room(&data))
+            dirent::insert_entry_room(&mut data, ino, name, file_type)
+                .map_err(|e| self.corrupt_dir(dir, e))?
         };
-        entry_inserted(dir, block, res.map_err(|e| self.corrupt_dir(dir, e))?)?;
+        let room = room as u32;
+        entry_inserted(dir, block, res)?;
         // Only now that the entry is in: a failure before it must not
         // cost an htree directory its index flag.
         self.drop_htree(st);

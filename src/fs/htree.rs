@@ -12,7 +12,7 @@ use super::inode::InodeState;
 use super::{Filesystem, FsError, Result};
 use crate::format::dirent::{
     self, dx_hash, effective_hash_version, parse_dx_node, parse_dx_root, rec_len_for, DirEntry,
-    Insert, DX_HASH_TEA_UNSIGNED,
+    Planned, DX_HASH_TEA_UNSIGNED,
 };
 use crate::format::htree::{
     write_dx_table, DxRootInfo, DX_NODE_ENTRIES_OFFSET, DX_ROOT_INFO_OFFSET, EXT4_DX_BLOCK_MASK,
@@ -434,35 +434,34 @@ impl Filesystem {
         file_type: u8,
     ) -> Result<bool> {
         let buf = self.dir_block(dir, st, leaf)?;
-        let need = rec_len_for(name.len());
-        let free: usize = {
-            let data = buf.read();
-            let mut free = 0;
-            for e in dirent::iter_block(&data, None) {
-                let e = e.map_err(|e| self.corrupt_leaf(dir, e))?;
-                if e.inode.0 != 0 && e.name == name {
-                    return Err(FsError::Exists);
-                }
-                free += e.rec_len - e.used_len();
-            }
-            free
+        // One pass finds a duplicate, the slot and the room after; the
+        // directory's lock (`st`) keeps the block as it was seen until
+        // the insert below.
+        let planned =
+            dirent::plan_insert(&buf.read(), name).map_err(|e| self.corrupt_leaf(dir, e))?;
+        let plan = match planned {
+            Planned::Exists(_) => return Err(FsError::Exists),
+            Planned::Plan(p) => p,
         };
-        if free < need {
+        if plan.free < plan.need {
             return Ok(false);
         }
-        let res = {
+        let (res, room) = {
             let mut data = h.modify(&buf)?;
-            let mut r = dirent::insert_entry(&mut data, ino, name, file_type);
-            if matches!(r, Ok(Insert::NoSpace)) {
+            if plan.fits() {
+                let r = dirent::apply_insert(&mut data, &plan, ino, name, file_type);
+                (r, plan.room_after)
+            } else {
+                // The room is there, but scattered: pack the leaf first.
                 let live = live_entries(&data).map_err(|e| self.corrupt_leaf(dir, e))?;
                 let packed = pack_entries(dir, data.len(), &live)?;
                 data.copy_from_slice(&packed);
-                r = dirent::insert_entry(&mut data, ino, name, file_type);
+                dirent::insert_entry_room(&mut data, ino, name, file_type)
+                    .map_or_else(|e| (Err(e), 0), |(r, room)| (Ok(r), room))
             }
-            r
         };
         super::dir::entry_inserted(dir, leaf, res.map_err(|e| self.corrupt_leaf(dir, e))?)?;
-        let room = super::dir::block_room(&buf.read());
+        let room = room as u32;
         self.dir_index_note(st, leaf, room, &[(name, ino, file_type)]);
         Ok(true)
     }
