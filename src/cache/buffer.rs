@@ -43,6 +43,11 @@ pub struct Buffer {
     /// the buffer leaves the cache with its last pin.
     forgotten: AtomicBool,
     pins: AtomicU32,
+    /// The serial of the running transaction this buffer has joined, 0 for
+    /// none: the journal's marker, as jbd2's `b_transaction`. Set and
+    /// cleared under the journal's state lock; read without it by handles
+    /// of that transaction, which find it already joined.
+    joined: AtomicU64,
     /// What the buffers of one cache share: the count of pinned buffers
     /// (kept by the buffers, so that every pin and unpin, whoever makes it,
     /// keeps it exact) and the pool the bytes come from and go back to.
@@ -59,12 +64,22 @@ impl Buffer {
             block,
             data: RwLock::new(shared.pool.zeroed()),
             state: AtomicU64::new(0),
+            joined: AtomicU64::new(0),
             uptodate: AtomicBool::new(uptodate),
             forgotten: AtomicBool::new(false),
             pins: AtomicU32::new(0),
             shared,
             writeback: Mutex::new(()),
         }
+    }
+
+    /// See the field `joined`.
+    pub fn joined_serial(&self) -> u64 {
+        self.joined.load(Ordering::Acquire)
+    }
+
+    pub fn set_joined_serial(&self, serial: u64) {
+        self.joined.store(serial, Ordering::Release);
     }
 
     pub fn block(&self) -> BlockNo {

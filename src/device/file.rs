@@ -329,30 +329,58 @@ pub fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
 }
 
 /// Writes every byte of `bufs` with pwritev, resubmitting after short writes.
+/// IOV_MAX on Linux.
+const IOV_MAX: usize = 1024;
+
 fn pwritev_all(file: &File, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
+    // The usual case, a few blocks written whole by one call, needs no
+    // copy of the slice list.
+    let total: usize = bufs.iter().map(|b| b.len()).sum();
+    let mut done = 0;
+    if bufs.len() <= IOV_MAX {
+        done = pwritev_once(file, bufs, offset)?;
+        if done == total {
+            return Ok(());
+        }
+    }
     let mut owned: Vec<&[u8]> = bufs
         .iter()
         .map(|b| &**b)
         .filter(|b| !b.is_empty())
         .collect();
-    let mut pos = offset;
+    let mut pos = offset + done as u64;
     let mut first = 0;
+    super::consume(&mut owned, &mut first, done);
     while first < owned.len() {
-        // IOV_MAX is 1024 on Linux.
         let batch: Vec<IoSlice<'_>> = owned[first..]
             .iter()
-            .take(1024)
+            .take(IOV_MAX)
             .map(|b| IoSlice::new(b))
             .collect();
-        let off = libc::off_t::try_from(pos)
-            .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
-        // SAFETY: IoSlice is ABI-compatible with struct iovec, the slices live
-        // for the duration of the call, and the count matches the array.
+        let n = pwritev_once(file, &batch, pos)?;
+        pos += n as u64;
+        super::consume(&mut owned, &mut first, n);
+    }
+    Ok(())
+}
+
+/// One pwritev of at most IOV_MAX slices, retried on EINTR; the bytes
+/// written, never 0 (an error instead) unless there was nothing to write.
+fn pwritev_once(file: &File, bufs: &[IoSlice<'_>], pos: u64) -> io::Result<usize> {
+    if bufs.iter().all(|b| b.is_empty()) {
+        return Ok(0);
+    }
+    let off = libc::off_t::try_from(pos)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "offset too large"))?;
+    loop {
+        // SAFETY: IoSlice is ABI-compatible with struct iovec, the slices
+        // live for the duration of the call, and the count (at most
+        // IOV_MAX) matches the array.
         let n = unsafe {
             libc::pwritev(
                 file.as_raw_fd(),
-                batch.as_ptr() as *const libc::iovec,
-                batch.len() as libc::c_int,
+                bufs.as_ptr() as *const libc::iovec,
+                bufs.len() as libc::c_int,
                 off,
             )
         };
@@ -369,10 +397,8 @@ fn pwritev_all(file: &File, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()>
                 "pwritev wrote nothing",
             ));
         }
-        pos += n as u64;
-        super::consume(&mut owned, &mut first, n as usize);
+        return Ok(n as usize);
     }
-    Ok(())
 }
 
 /// Takes the image's lock, giving a holder that is about to let go a

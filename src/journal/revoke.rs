@@ -37,6 +37,7 @@ impl Journal {
         if st.running.members.remove(&block) {
             if let Some(i) = st.running.buffers.iter().position(|b| b.block().0 == block) {
                 let b = st.running.buffers.swap_remove(i);
+                b.set_joined_serial(0);
                 self.cache.unpin(&b);
             }
         }

@@ -18,7 +18,7 @@
 //! copies it first, as jbd freezes a buffer that its checkpoint still needs.
 
 use std::io;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -34,6 +34,9 @@ use crate::util::inthash::IntSet;
 pub(super) struct Transaction {
     /// [immutable]
     pub tid: Tid,
+    /// Unique in the process and never reused, unlike `tid`, which wraps:
+    /// what a buffer's `joined` marker names. [immutable]
+    pub serial: u64,
     /// The buffers joined, in joining order. [state]
     pub buffers: Vec<Arc<Buffer>>,
     /// The home blocks of `buffers`. [state]
@@ -58,10 +61,15 @@ pub(super) struct Transaction {
 
 impl Transaction {
     pub(super) fn new(tid: Tid) -> Self {
+        static SERIALS: AtomicU64 = AtomicU64::new(1);
         Transaction {
             tid,
-            buffers: Vec::new(),
-            members: IntSet::default(),
+            serial: SERIALS.fetch_add(1, Ordering::Relaxed),
+            // Room for what a transaction of a few fsync'd creates joins
+            // (bitmaps, descriptor, inode table and directory blocks), so
+            // that joining does not grow them step by step.
+            buffers: Vec::with_capacity(TYPICAL_BUFFERS),
+            members: IntSet::with_capacity_and_hasher(TYPICAL_BUFFERS, Default::default()),
             revokes: Vec::new(),
             freed: Vec::new(),
             updates: 0,
@@ -76,6 +84,9 @@ impl Transaction {
     }
 }
 
+/// See [`Transaction::new`].
+const TYPICAL_BUFFERS: usize = 16;
+
 impl Journal {
     /// Starts a handle that may add up to `credits` buffers to the running
     /// transaction. It waits while the transaction cannot reserve them.
@@ -88,6 +99,7 @@ impl Journal {
         Ok(Handle {
             journal: self,
             tid,
+            serial: st.running.serial,
             credits,
             sync: false,
             stopped: false,
@@ -149,10 +161,20 @@ impl Journal {
 
     /// Adds `buf` to the running transaction on behalf of a handle with
     /// `credits` left; a buffer new to the transaction costs one credit.
-    fn join(&self, buf: &Arc<Buffer>, credits: &mut u32) -> io::Result<()> {
-        let block = buf.block().0;
-        if self.state.lock().running.members.contains(&block) {
+    /// `serial` is the handle's transaction, the running one: a buffer
+    /// whose marker names it has joined already, and the state lock is
+    /// not needed to know that.
+    fn join(&self, buf: &Arc<Buffer>, credits: &mut u32, serial: u64) -> io::Result<()> {
+        if buf.joined_serial() == serial {
             return Ok(());
+        }
+        let block = buf.block().0;
+        {
+            let st = self.state.lock();
+            if st.running.members.contains(&block) {
+                buf.set_joined_serial(st.running.serial);
+                return Ok(());
+            }
         }
         if *credits == 0 {
             tracing::error!(block, "a journal handle ran out of credits");
@@ -169,6 +191,7 @@ impl Journal {
             return Ok(());
         }
         st.running.buffers.push(buf.clone());
+        buf.set_joined_serial(st.running.serial);
         *credits -= 1;
         // Both copies are taken before the lock is let go: another handle
         // that touches the buffer meanwhile finds it a member only after
@@ -263,6 +286,8 @@ impl Drop for Modify<'_> {
 pub struct Handle<'a> {
     journal: &'a Journal,
     tid: Tid,
+    /// Its transaction's `serial`.
+    serial: u64,
     credits: u32,
     sync: bool,
     stopped: bool,
@@ -285,7 +310,7 @@ impl Handle<'_> {
     pub fn get_write_access<'b>(&mut self, buf: &'b Arc<Buffer>) -> io::Result<WriteAccess<'b>> {
         let logging = self.journal.logging();
         if logging {
-            self.journal.join(buf, &mut self.credits)?;
+            self.journal.join(buf, &mut self.credits, self.serial)?;
         }
         Ok(WriteAccess {
             buf,
@@ -347,6 +372,7 @@ impl Handle<'_> {
         };
         st.running.updates += 1;
         self.tid = tid;
+        self.serial = st.running.serial;
         self.credits = need;
         Ok(())
     }
@@ -480,6 +506,25 @@ mod tests {
             .err()
             .expect("a new transaction charges a credit");
         assert!(err.to_string().contains("no credits left"), "{err}");
+        h.stop().unwrap();
+        fs.unmount().unwrap();
+    }
+
+    /// A revoke takes the buffer out of the running transaction, marker and
+    /// all: touching it again joins it again (a credit), and it is logged.
+    #[test]
+    fn a_revoked_buffer_joins_again() {
+        let (_mem, fs) = mounted();
+        let j = fs.journal();
+        let buf = j.cache.get(A).unwrap();
+        let mut h = j.start(2).unwrap();
+        h.modify(&buf).unwrap().fill(1);
+        assert_eq!(h.credits(), 1);
+        j.revoke(A.0);
+        assert!(!j.state.lock().running.members.contains(&A.0));
+        h.modify(&buf).unwrap().fill(2);
+        assert_eq!(h.credits(), 0, "joining again costs a credit");
+        assert!(j.state.lock().running.members.contains(&A.0));
         h.stop().unwrap();
         fs.unmount().unwrap();
     }
