@@ -6,8 +6,8 @@ request, the ram image served over NBD: devices nbd and nbd-delay).
 
     bench fsmark [--quick] [--devices "ram disk array sata"]
         [--bdelay "0 yield 1 2 3 4 jbd2 auto"] [--threads "1 2 4 8 10 16 20"]
-        [--data "ordered"] [--repeat R] [--seconds S] [--no-refs] [--floor]
-        [--transport dev_fuse|io_uring|both] [--charts DIR] [--out FILE]
+        [--data "ordered"] [--repeat R] [--seconds S | --files N] [--no-refs]
+        [--floor] [--transport dev_fuse|io_uring|both] [--charts DIR] [--out FILE]
     bench fsmark --report RESULTS.tsv [--charts DIR] [--stat max|median]
 
 Every setting of a device is mounted side by side (one jbdfs per bdelay
@@ -15,7 +15,11 @@ value and transport, and the references), then for each thread count and
 repeat one fs_mark run on each in turn, so that the machine's load changes
 affect every setting alike; then each is unmounted and checked with
 e2fsck -fn. Each run creates about S seconds' worth of files (2; 0.5 with
---quick), sized from the setting's previous rate. Prints Markdown tables:
+--quick), sized from the setting's previous rate, but never more than a
+guess per device for the whole run (2,000 files on ram: about 0.1 s at 16
+threads, in which ext3 runs far faster than in long runs); --files N makes
+every run N files per thread instead (fs_mark's own default is 1,000).
+Prints Markdown tables:
 files/s in the layout of DESIGN.md's bdelay table, bdelay=auto against the
 best fixed setting, jbdfs against ext3, fuse2fs and the FUSE floor (--floor:
 daemon/examples/fuse_floor.rs, what FUSE's round trips cost) with ratios,
@@ -294,7 +298,7 @@ def one_device(a, data, dev, refs, transports, emit, stats_out, log, bad_transpo
                 for _ in range(a.repeat):
                     run += 1
                     for t in ts:
-                        n = files_per_thread(dev, threads, a.seconds, last.get(id(t)))
+                        n = a.files or files_per_thread(dev, threads, a.seconds, last.get(id(t)))
                         # Short: fs_mark 3.3 overflows a name buffer (and
                         # aborts) once a directory path reaches about 39
                         # characters; the mount point takes 29.
@@ -339,6 +343,7 @@ def print_report(results, stat="max", charts=None):
 def main(argv):
     ap = common.parser(__doc__, "quick", "devices", "repeat", "data", "charts", "out", "report")
     ap.add_argument("--seconds", type=float)
+    ap.add_argument("--files", type=int, help="files per thread in every run (overrides --seconds)")
     ap.add_argument("--bdelay")
     ap.add_argument("--threads")
     ap.add_argument("--no-refs", action="store_true")
