@@ -565,10 +565,13 @@ fn server_killed_round() -> Result<(), String> {
     if failed {
         // The daemon's log says why it did not ride out the restart.
         let exited = stop(daemon);
+        // The daemon's log says what it saw of the socket; this is what
+        // the harness sees, to compare.
+        let here = std::fs::read_link("/proc/self/ns/mnt");
         return Err(format!(
             "a writer failed (its message is above); the daemon: {exited:?}; \
              the server, restarted again when gone: {server_trouble:?}; \
-             now: {:?}",
+             now: {:?}; the harness's mount namespace: {here:?}",
             server.gone()
         ));
     }

@@ -54,6 +54,29 @@ pub enum NbdAddress {
     Unix(PathBuf),
 }
 
+impl NbdAddress {
+    /// For a Unix socket that a connect found missing: what this process
+    /// sees of the path, its directory and its mount namespace, so that a
+    /// log tells a socket that is gone from one seen differently from here.
+    fn seen_from_here(&self, e: &io::Error) -> String {
+        let NbdAddress::Unix(path) = self else {
+            return String::new();
+        };
+        if e.kind() != io::ErrorKind::NotFound {
+            return String::new();
+        }
+        let node = match std::fs::symlink_metadata(path) {
+            Ok(m) => format!("present ({:?})", m.file_type()),
+            Err(e) => format!("absent ({e})"),
+        };
+        let dir = path.parent().map(|d| d.is_dir());
+        let ns = std::fs::read_link("/proc/self/ns/mnt")
+            .map(|l| l.display().to_string())
+            .unwrap_or_default();
+        format!(" (seen from here: the socket is {node}, its directory exists: {dir:?}, {ns})")
+    }
+}
+
 impl std::fmt::Display for NbdAddress {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -769,7 +792,8 @@ impl NbdDevice {
                 // timed out) needs to know.
                 Err(e) if st.last_said.is_none_or(|t| t.elapsed() >= SAY_AGAIN) => {
                     st.last_said = Some(Instant::now());
-                    tracing::warn!(address = %self.cfg.address, "NBD: reconnecting failed: {e}");
+                    let seen = self.cfg.address.seen_from_here(&e);
+                    tracing::warn!(address = %self.cfg.address, "NBD: reconnecting failed: {e}{seen}");
                 }
                 Err(e) => tracing::debug!("NBD: reconnecting failed: {e}"),
             }

@@ -608,3 +608,20 @@ fn trim_sends_whole_minimum_blocks_and_only_where_offered() {
     let e = plain.connect().discard(0, 4096).unwrap_err();
     assert_eq!(e.kind(), io::ErrorKind::Unsupported, "{e}");
 }
+
+/// A reconnect that finds no socket says what the daemon sees of the path,
+/// so that a log can tell a socket that is gone from one seen differently.
+#[test]
+fn a_missing_socket_is_described_as_seen_from_here() {
+    let dir = std::env::temp_dir().join(format!("jbdfs-nbd-seen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let addr = NbdAddress::Unix(dir.join("nbd.sock"));
+    let e = UnixStream::connect(dir.join("nbd.sock")).unwrap_err();
+    let seen = addr.seen_from_here(&e);
+    assert!(seen.contains("the socket is absent"), "{seen}");
+    assert!(seen.contains("its directory exists: Some(true)"), "{seen}");
+    assert!(seen.contains("mnt:["), "{seen}");
+    let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
+    assert_eq!(addr.seen_from_here(&refused), "");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
