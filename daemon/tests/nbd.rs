@@ -563,10 +563,9 @@ fn server_killed_round() -> Result<(), String> {
         .map(|w| w.join().is_err())
         .fold(false, |a, b| a | b);
     if failed {
-        // The daemon's log says why it did not ride out the restart.
+        // The daemon's log says why it did not ride out the restart, and
+        // what it saw of the socket; the harness's namespace is beside it.
         let exited = stop(daemon);
-        // The daemon's log says what it saw of the socket; this is what
-        // the harness sees, to compare.
         let here = std::fs::read_link("/proc/self/ns/mnt");
         return Err(format!(
             "a writer failed (its message is above); the daemon: {exited:?}; \

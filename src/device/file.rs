@@ -328,10 +328,10 @@ pub fn punch_hole(file: &File, offset: u64, len: u64) -> io::Result<()> {
     }
 }
 
-/// Writes every byte of `bufs` with pwritev, resubmitting after short writes.
 /// IOV_MAX on Linux.
 const IOV_MAX: usize = 1024;
 
+/// Writes every byte of `bufs` with pwritev, resubmitting after short writes.
 fn pwritev_all(file: &File, bufs: &[IoSlice<'_>], offset: u64) -> io::Result<()> {
     // The usual case, a few blocks written whole by one call, needs no
     // copy of the slice list.

@@ -450,17 +450,17 @@ impl Filesystem {
             let mut data = h.modify(&buf)?;
             if plan.fits() {
                 let r = dirent::apply_insert(&mut data, &plan, ino, name, file_type);
-                (r, plan.room_after)
+                (r.map_err(|e| self.corrupt_leaf(dir, e))?, plan.room_after)
             } else {
                 // The room is there, but scattered: pack the leaf first.
                 let live = live_entries(&data).map_err(|e| self.corrupt_leaf(dir, e))?;
                 let packed = pack_entries(dir, data.len(), &live)?;
                 data.copy_from_slice(&packed);
                 dirent::insert_entry_room(&mut data, ino, name, file_type)
-                    .map_or_else(|e| (Err(e), 0), |(r, room)| (Ok(r), room))
+                    .map_err(|e| self.corrupt_leaf(dir, e))?
             }
         };
-        super::dir::entry_inserted(dir, leaf, res.map_err(|e| self.corrupt_leaf(dir, e))?)?;
+        super::dir::entry_inserted(dir, leaf, res)?;
         let room = room as u32;
         self.dir_index_note(st, leaf, room, &[(name, ino, file_type)]);
         Ok(true)

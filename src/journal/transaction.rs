@@ -186,6 +186,7 @@ impl Journal {
         buf.pin();
         let mut st = self.state.lock();
         if !st.running.members.insert(block) {
+            buf.set_joined_serial(st.running.serial);
             drop(st);
             self.cache.unpin(buf);
             return Ok(());
@@ -511,7 +512,7 @@ mod tests {
     }
 
     /// A revoke takes the buffer out of the running transaction, marker and
-    /// all: touching it again joins it again (a credit), and it is logged.
+    /// all: touching it again joins it again, at the cost of a credit.
     #[test]
     fn a_revoked_buffer_joins_again() {
         let (_mem, fs) = mounted();
