@@ -16,9 +16,10 @@ repeat one fs_mark run on each in turn, so that the machine's load changes
 affect every setting alike; then each is unmounted and checked with
 e2fsck -fn. Each run creates about S seconds' worth of files (2; 0.5 with
 --quick), sized from the setting's previous rate, but never more than a
-guess per device for the whole run (2,000 files on ram: about 0.1 s at 16
-threads, in which ext3 runs far faster than in long runs); --files N makes
-every run N files per thread instead (fs_mark's own default is 1,000).
+guess per device for the whole run (40,000 files on ram; it was 2,000, about
+0.1 s at 16 threads, in which ext3 runs far faster than in long runs);
+--files N makes every run N files per thread instead (fs_mark's own default
+is 1,000).
 Prints Markdown tables:
 files/s in the layout of DESIGN.md's bdelay table, bdelay=auto against the
 best fixed setting, jbdfs against ext3, fuse2fs and the FUSE floor (--floor:
@@ -209,7 +210,11 @@ def draw_charts(res, outdir):
 
 
 # Files for one run: the guess for the whole run and the least per thread.
-GUESS = {"ram": (2000, 40), "nbd": (2000, 40), "nbd-delay": (600, 20), "disk": (1200, 30),
+# On ram the guess once was 2,000 files, which at 16 threads is a run of
+# about 0.1 s, whatever --seconds asked: such bursts measured ext3 at 1.2-1.6x
+# its rate over runs of a second or more (2026-12-07, docs/PERFORMANCE.md), so
+# ram's runs now last about --seconds. `--files N` sets the size outright.
+GUESS = {"ram": (40000, 40), "nbd": (2000, 40), "nbd-delay": (600, 20), "disk": (1200, 30),
          "array": (600, 20), "sata": (120, 6)}
 
 

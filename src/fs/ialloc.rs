@@ -1,6 +1,6 @@
-//! Inode allocation (Linux: fs/ext3/ialloc.c): new directories spread
-//! across groups, other inodes stay near their parent, as ext3's
-//! find_group_dir and find_group_other do.
+//! Inode allocation (Linux: fs/ext3/ialloc.c): new top-level directories
+//! spread across groups, other directories and every other inode stay near
+//! their parent, as ext3's find_group_orlov and find_group_other do.
 
 use std::sync::atomic::Ordering;
 
@@ -10,19 +10,22 @@ use crate::format::{GroupNo, InodeNo};
 use crate::journal::Handle;
 
 impl Filesystem {
-    /// Allocates an inode for a child of `parent`.
+    /// Allocates an inode for a child of `parent`. `topdir`: the parent is
+    /// the root or carries the TOPDIR flag, so a new directory in it starts
+    /// a tree of its own.
     pub(crate) fn alloc_inode(
         &self,
         h: &mut Handle<'_>,
         parent: InodeNo,
         is_dir: bool,
+        topdir: bool,
     ) -> Result<InodeNo> {
         if self.is_read_only() {
             return Err(FsError::ReadOnly);
         }
         let parent_group = self.sb.lock().inode_group(parent.0).0;
         let order: Box<dyn Iterator<Item = GroupNo>> = if is_dir {
-            Box::new(self.dir_group_order()?.into_iter())
+            Box::new(self.dir_group_order(parent_group, topdir)?.into_iter())
         } else {
             Box::new(file_group_order(parent_group, self.groups))
         };
@@ -34,24 +37,57 @@ impl Filesystem {
         Err(FsError::NoSpace)
     }
 
-    /// Groups for a new directory: those with at least the average number
-    /// of free inodes, most free blocks first; then all the rest.
-    fn dir_group_order(&self) -> Result<Vec<GroupNo>> {
-        let mut stats = Vec::with_capacity(self.groups as usize);
-        for g in 0..self.groups {
-            let d = self.group_desc(GroupNo(g))?;
-            stats.push((
-                GroupNo(g),
-                d.bg_free_inodes_count,
-                d.bg_free_blocks_count,
-                d.bg_used_dirs_count,
-            ));
+    /// Groups for a new directory, tried in order (ext3's Orlov allocator,
+    /// find_group_orlov). A top-level directory goes to the group with the
+    /// fewest directories among those with at least the average free inodes
+    /// and blocks, searched from a random group, so that separate trees
+    /// spread over the disk. Any other directory stays with its parent's
+    /// tree: the first group from the parent's on that is neither crowded
+    /// with directories nor well short of the average free inodes and
+    /// blocks. Either falls back to the first group from the parent's with
+    /// the average free inodes, and then to any group.
+    fn dir_group_order(&self, parent_group: GroupNo, topdir: bool) -> Result<Vec<GroupNo>> {
+        let n = self.groups;
+        let stats = (0..n)
+            .map(|g| self.group_desc(GroupNo(g)).map(|d| GroupStats::of(&d)))
+            .collect::<Result<Vec<_>>>()?;
+        let (ipg, bpg) = {
+            let sb = self.sb.lock();
+            (sb.s_inodes_per_group as i64, sb.s_blocks_per_group as i64)
+        };
+        let groups = n as i64;
+        let avg_inodes = self.free_inodes.load(Ordering::Relaxed).max(0) / groups;
+        let avg_blocks = self.free_blocks.load(Ordering::Relaxed).max(0) / groups;
+        let from = |start: u32| (0..n).map(move |i| (start + i) % n);
+        let mut order = Vec::new();
+        if topdir {
+            let start = (random_u64() % n as u64) as u32;
+            let best = from(start)
+                .filter(|&g| {
+                    let s = &stats[g as usize];
+                    s.free_inodes > 0 && s.free_inodes >= avg_inodes && s.free_blocks >= avg_blocks
+                })
+                .min_by_key(|&g| stats[g as usize].dirs);
+            order.extend(best);
+        } else {
+            let dirs: i64 = stats.iter().map(|s| s.dirs).sum();
+            let max_dirs = dirs / groups + ipg / 16;
+            let min_inodes = avg_inodes - ipg / 4;
+            let min_blocks = avg_blocks - bpg / 4;
+            let near = from(parent_group.0).find(|&g| {
+                let s = &stats[g as usize];
+                s.free_inodes > 0
+                    && s.dirs < max_dirs
+                    && s.free_inodes >= min_inodes
+                    && s.free_blocks >= min_blocks
+            });
+            order.extend(near);
         }
-        let avg = self.free_inodes.load(Ordering::Relaxed).max(0) as u64 / self.groups as u64;
-        let (mut good, rest): (Vec<_>, Vec<_>) =
-            stats.into_iter().partition(|s| s.1 as u64 >= avg.max(1));
-        good.sort_by_key(|s| (s.3, std::cmp::Reverse(s.2)));
-        Ok(good.into_iter().chain(rest).map(|s| s.0).collect())
+        order.extend(
+            from(parent_group.0).filter(|&g| stats[g as usize].free_inodes >= avg_inodes.max(1)),
+        );
+        order.extend(from(parent_group.0));
+        Ok(order.into_iter().map(GroupNo).collect())
     }
 
     fn alloc_inode_in_group(
@@ -117,6 +153,34 @@ impl Filesystem {
     }
 }
 
+/// What the Orlov allocator weighs of a group.
+struct GroupStats {
+    free_inodes: i64,
+    free_blocks: i64,
+    dirs: i64,
+}
+
+impl GroupStats {
+    fn of(d: &crate::format::group_desc::GroupDesc) -> GroupStats {
+        GroupStats {
+            free_inodes: d.bg_free_inodes_count as i64,
+            free_blocks: d.bg_free_blocks_count as i64,
+            dirs: d.bg_used_dirs_count as i64,
+        }
+    }
+}
+
+/// A random number (std's per-process random hash keys, with a counter so
+/// that each call differs): where a top-level directory's search starts.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    use std::sync::atomic::AtomicU64;
+    static CALLS: AtomicU64 = AtomicU64::new(0);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
+    h.finish()
+}
+
 /// Groups for a file: the parent's, then a quadratic probe (the parent's
 /// plus 1, 3, 7 and so on), then all of them from the parent's on. Lazy:
 /// nearly every create stops at the parent's group, and a large
@@ -134,6 +198,48 @@ fn file_group_order(parent: GroupNo, groups: u32) -> impl Iterator<Item = GroupN
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::fs::flags::FlagsCaller;
+    use crate::fs::namei::Caller;
+    use crate::fs::MountConfig;
+    use crate::testing::memory_fs;
+
+    const ROOT: InodeNo = InodeNo(2);
+    const ME: Caller = Caller { uid: 0, gid: 0 };
+
+    /// ext3's Orlov allocator: directories made in the root (or in a TOPDIR
+    /// directory) start trees of their own in other groups, and directories
+    /// below them stay in their tree's group, beside their files, so that
+    /// one transaction touching several of them logs one bitmap and few
+    /// inode table blocks (fs_mark's thread directories, say).
+    #[test]
+    fn top_level_directories_spread_and_the_rest_stay_with_their_parent() {
+        let (_mem, fs) = memory_fs(64 << 20, &MountConfig::default());
+        let group = |ino: InodeNo| fs.sb.lock().inode_group(ino.0).0;
+        let (a, _) = fs.mkdir(ROOT, b"a", 0o755, ME).unwrap();
+        let (b, _) = fs.mkdir(ROOT, b"b", 0o755, ME).unwrap();
+        assert_ne!(group(a), group(b), "two top-level trees share a group");
+        assert_ne!(group(a), group(ROOT));
+        for i in 0..16 {
+            let (sub, _) = fs.mkdir(a, format!("t{i}").as_bytes(), 0o755, ME).unwrap();
+            assert_eq!(group(sub), group(a), "a/t{i} left its parent's group");
+            let (file, _) = fs.mknod(sub, b"f", 0o100644, 0, ME).unwrap();
+            assert_eq!(group(file), group(a));
+        }
+        // TOPDIR makes a directory's children top-level trees again.
+        let root_caller = FlagsCaller {
+            uid: 0,
+            cap_effective: u64::MAX,
+        };
+        let topdir = crate::format::inode::flags::EXT2_TOPDIR_FL;
+        fs.set_flags(b, topdir, &root_caller).unwrap();
+        let (c, _) = fs.mkdir(b, b"c", 0o755, ME).unwrap();
+        let (d, _) = fs.mkdir(b, b"d", 0o755, ME).unwrap();
+        assert!(
+            group(c) != group(b) || group(d) != group(b),
+            "children of a TOPDIR directory did not spread"
+        );
+        assert_ne!(group(c), group(d));
+    }
 
     #[test]
     fn a_file_looks_in_its_parents_group_then_probes_then_tries_all() {

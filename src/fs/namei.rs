@@ -190,16 +190,18 @@ impl Filesystem {
         parent: InodeNo,
         mode: u16,
         who: Caller,
-        parent_gid: (u16, u32),
+        parent_disk: &Inode,
     ) -> Result<(InodeNo, InodeState)> {
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
-        let ino = self.alloc_inode(h, parent, is_dir)?;
+        let topdir = parent.0 == fi::ino::EXT2_ROOT_INO
+            || parent_disk.i_flags & fi::flags::EXT2_TOPDIR_FL != 0;
+        let ino = self.alloc_inode(h, parent, is_dir, topdir)?;
         let mut disk = self.blank_inode();
         let t = now();
         disk.i_mode = mode;
         disk.i_uid = who.uid;
         // BSD group semantics when the parent is setgid, as ext3 does.
-        let (parent_mode, gid) = parent_gid;
+        let (parent_mode, gid) = (parent_disk.i_mode, parent_disk.i_gid);
         disk.i_gid = if parent_mode & 0o2000 != 0 {
             gid
         } else {
@@ -322,8 +324,7 @@ impl Filesystem {
         who: Caller,
         init: impl FnOnce(&Self, &mut Handle<'_>, InodeNo, &mut InodeState) -> Result<()>,
     ) -> Result<(InodeNo, Inode)> {
-        let (ino, mut st) =
-            self.new_inode(h, parent, mode, who, (dst.disk.i_mode, dst.disk.i_gid))?;
+        let (ino, mut st) = self.new_inode(h, parent, mode, who, &dst.disk)?;
         st.disk.i_flags = super::flags::inherited(&dst.disk, mode);
         let is_dir = mode & fi::S_IFMT == fi::S_IFDIR;
         // The child's slot is written only once its name is in: until then
@@ -412,8 +413,7 @@ impl Filesystem {
         (mode, umask): (u16, u16),
         who: Caller,
     ) -> Result<(InodeNo, Inode)> {
-        let (ino, mut st) =
-            self.new_inode(h, parent, mode, who, (dst.disk.i_mode, dst.disk.i_gid))?;
+        let (ino, mut st) = self.new_inode(h, parent, mode, who, &dst.disk)?;
         st.disk.i_flags = super::flags::inherited(&dst.disk, mode);
         st.disk.i_links_count = 0;
         let made = self

@@ -235,8 +235,7 @@ impl Filesystem {
             return self.dir_remove(h, dir, dst, name).map(|_| ());
         };
         let mode = crate::format::inode::S_IFCHR;
-        let parent = (dst.disk.i_mode, dst.disk.i_gid);
-        let (wino, mut wst) = self.new_inode(h, dir, mode, who, parent)?;
+        let (wino, mut wst) = self.new_inode(h, dir, mode, who, &dst.disk)?;
         wst.disk.set_rdev(0, 0);
         self.write_inode(h, wino, &wst.disk)?;
         let ft = self.dirent_type(mode);
