@@ -25,7 +25,7 @@ impl Filesystem {
         }
         let parent_group = self.sb.lock().inode_group(parent.0).0;
         let order: Box<dyn Iterator<Item = GroupNo>> = if is_dir {
-            Box::new(self.dir_group_order(parent_group, topdir)?.into_iter())
+            Box::new(self.dir_group_order(parent_group, topdir)?)
         } else {
             Box::new(file_group_order(parent_group, self.groups))
         };
@@ -46,11 +46,16 @@ impl Filesystem {
     /// with directories nor well short of the average free inodes and
     /// blocks. Either falls back to the first group from the parent's with
     /// the average free inodes, and then to any group.
-    fn dir_group_order(&self, parent_group: GroupNo, topdir: bool) -> Result<Vec<GroupNo>> {
-        let n = self.groups;
+    fn dir_group_order(
+        &self,
+        parent_group: GroupNo,
+        topdir: bool,
+    ) -> Result<impl Iterator<Item = GroupNo>> {
+        let n = self.groups.max(1);
         let stats = (0..n)
             .map(|g| self.group_desc(GroupNo(g)).map(|d| GroupStats::of(&d)))
             .collect::<Result<Vec<_>>>()?;
+        let at = |g: u32| &stats[g as usize];
         let (ipg, bpg) = {
             let sb = self.sb.lock();
             (sb.s_inodes_per_group as i64, sb.s_blocks_per_group as i64)
@@ -58,36 +63,35 @@ impl Filesystem {
         let groups = n as i64;
         let avg_inodes = self.free_inodes.load(Ordering::Relaxed).max(0) / groups;
         let avg_blocks = self.free_blocks.load(Ordering::Relaxed).max(0) / groups;
-        let from = |start: u32| (0..n).map(move |i| (start + i) % n);
-        let mut order = Vec::new();
-        if topdir {
+        let from = move |start: u32| (0..n).map(move |i| (start + i) % n);
+        let first = if topdir {
             let start = (random_u64() % n as u64) as u32;
-            let best = from(start)
+            from(start)
                 .filter(|&g| {
-                    let s = &stats[g as usize];
+                    let s = at(g);
                     s.free_inodes > 0 && s.free_inodes >= avg_inodes && s.free_blocks >= avg_blocks
                 })
-                .min_by_key(|&g| stats[g as usize].dirs);
-            order.extend(best);
+                .min_by_key(|&g| at(g).dirs)
         } else {
             let dirs: i64 = stats.iter().map(|s| s.dirs).sum();
             let max_dirs = dirs / groups + ipg / 16;
             let min_inodes = avg_inodes - ipg / 4;
             let min_blocks = avg_blocks - bpg / 4;
-            let near = from(parent_group.0).find(|&g| {
-                let s = &stats[g as usize];
+            from(parent_group.0).find(|&g| {
+                let s = at(g);
                 s.free_inodes > 0
                     && s.dirs < max_dirs
                     && s.free_inodes >= min_inodes
                     && s.free_blocks >= min_blocks
-            });
-            order.extend(near);
-        }
-        order.extend(
-            from(parent_group.0).filter(|&g| stats[g as usize].free_inodes >= avg_inodes.max(1)),
-        );
-        order.extend(from(parent_group.0));
-        Ok(order.into_iter().map(GroupNo).collect())
+            })
+        };
+        let roomy = from(parent_group.0)
+            .filter(move |&g| stats[g as usize].free_inodes >= avg_inodes.max(1));
+        Ok(first
+            .into_iter()
+            .chain(roomy)
+            .chain(from(parent_group.0))
+            .map(GroupNo))
     }
 
     fn alloc_inode_in_group(
