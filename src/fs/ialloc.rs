@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 
 use super::balloc::{clear_bit, find_zero, set_bit, test_bit};
 use super::{Filesystem, FsError, Result};
+use crate::format::group_desc::GroupDesc;
 use crate::format::{GroupNo, InodeNo};
 use crate::journal::Handle;
 
@@ -85,8 +86,9 @@ impl Filesystem {
                     && s.free_blocks >= min_blocks
             })
         };
-        let roomy = from(parent_group.0)
-            .filter(move |&g| stats[g as usize].free_inodes >= avg_inodes.max(1));
+        let roomy_inodes = avg_inodes.max(1);
+        let roomy =
+            from(parent_group.0).filter(move |&g| stats[g as usize].free_inodes >= roomy_inodes);
         Ok(first
             .into_iter()
             .chain(roomy)
@@ -165,7 +167,7 @@ struct GroupStats {
 }
 
 impl GroupStats {
-    fn of(d: &crate::format::group_desc::GroupDesc) -> GroupStats {
+    fn of(d: &GroupDesc) -> GroupStats {
         GroupStats {
             free_inodes: d.bg_free_inodes_count as i64,
             free_blocks: d.bg_free_blocks_count as i64,
@@ -174,15 +176,14 @@ impl GroupStats {
     }
 }
 
-/// A random number (std's per-process random hash keys, with a counter so
-/// that each call differs): where a top-level directory's search starts.
+/// Where a top-level directory's search starts: ext3 takes random bytes;
+/// the clock's nanoseconds and a call count, mixed by the workspace's one
+/// generator, serve as well and cost no system call.
 fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
     use std::sync::atomic::AtomicU64;
     static CALLS: AtomicU64 = AtomicU64::new(0);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u64(CALLS.fetch_add(1, Ordering::Relaxed));
-    h.finish()
+    let calls = CALLS.fetch_add(1, Ordering::Relaxed);
+    crate::util::rng::mix(u64::from(crate::util::now().1) ^ calls.rotate_left(32))
 }
 
 /// Groups for a file: the parent's, then a quadratic probe (the parent's
