@@ -9,11 +9,11 @@
 //! measure what the kernel's FUSE round trips alone cost on each transport:
 //! the part of jbdfs's gap to Linux ext3 that any FUSE filesystem pays.
 //!
-//!     cargo run --release --example fuse_floor -- MOUNTPOINT [THREADS] [--io-uring] [--depth N]
+//!     cargo run --release --example fuse_floor -- MOUNTPOINT [THREADS] [--io-uring] [--depth N] [--poll-us N]
 //!
 //! THREADS /dev/fuse workers (8); --io-uring serves by io_uring queues of
-//! depth N (the daemon's default) when the kernel grants it, and says so on
-//! stderr either way. Serves until unmounted (fusermount3 -u MOUNTPOINT).
+//! depth N that poll N microseconds after answering (the daemon's
+//! defaults) when the kernel grants it, and says so on stderr either way. Serves until unmounted (fusermount3 -u MOUNTPOINT).
 //! Regular files and directories only; data is counted, not kept (reads
 //! return zeros); rename and the other operations `Floor::answer` does not
 //! list get ENOSYS, symlink and link EPERM (what fuser's defaults answer).
@@ -307,12 +307,14 @@ impl Handler for Floor {
 
 fn usage() -> String {
     format!(
-        "usage: fuse_floor MOUNTPOINT [THREADS] [--io-uring] [--depth N]\n\
+        "usage: fuse_floor MOUNTPOINT [THREADS] [--io-uring] [--depth N] [--poll-us N]\n\
          Serves an in-memory filesystem with no storage (the FUSE floor of\n\
          scripts/bench-fsmark.sh --floor) until unmounted: by THREADS /dev/fuse\n\
          workers (8), or with --io-uring by FUSE over io_uring, one queue per CPU\n\
-         of depth N ({}), when the kernel grants it.",
-        uring::DEFAULT_DEPTH
+         of depth N ({}) that polls N microseconds after answering ({}), when\n\
+         the kernel grants it.",
+        uring::DEFAULT_DEPTH,
+        uring::DEFAULT_POLL.as_micros()
     )
 }
 
@@ -337,7 +339,7 @@ fn main() -> std::io::Result<()> {
     let mut mountpoint: Option<PathBuf> = None;
     let mut threads: Option<usize> = None;
     let mut io_uring = false;
-    let mut depth = uring::DEFAULT_DEPTH;
+    let mut ring_config = uring::RingConfig::default();
     let mut args = std::env::args_os().skip(1);
     while let Some(arg) = args.next() {
         match arg.to_str() {
@@ -347,11 +349,21 @@ fn main() -> std::io::Result<()> {
             }
             Some("--io-uring") => io_uring = true,
             Some("--depth") => {
-                depth = args
+                ring_config.depth = args
                     .next()
                     .and_then(|d| d.to_str().and_then(|d| d.parse().ok()))
                     .filter(|&d| d > 0)
                     .unwrap_or_else(|| usage_error("--depth takes a positive number"));
+            }
+            Some("--poll-us") => {
+                let us: u64 = args
+                    .next()
+                    .and_then(|d| d.to_str().and_then(|d| d.parse().ok()))
+                    .filter(|&d| d <= u64::from(uring::MAX_POLL_US))
+                    .unwrap_or_else(|| {
+                        usage_error(&format!("--poll-us takes 0-{}", uring::MAX_POLL_US))
+                    });
+                ring_config.poll = std::time::Duration::from_micros(us);
             }
             Some(a) if a.starts_with('-') => usage_error(&format!("unknown option {a}")),
             _ if mountpoint.is_none() => mountpoint = Some(arg.into()),
@@ -378,7 +390,7 @@ fn main() -> std::io::Result<()> {
     config.n_threads = Some(threads.unwrap_or(8));
     config.clone_fd = true;
     let transport = if io_uring {
-        Transport::IoUring { depth }
+        Transport::IoUring(ring_config)
     } else {
         Transport::DevFuse
     };

@@ -46,7 +46,8 @@ pub struct DaemonConfig {
     pub direct_io: bool,
     /// -o direct_io: no kernel page cache for open files.
     pub fuse_direct_io: bool,
-    /// -o io_uring[,io_uring_q_depth=N]: how requests reach the daemon.
+    /// -o io_uring[,io_uring_q_depth=N,io_uring_poll_us=N]: how requests
+    /// reach the daemon.
     pub transport: crate::fuse::Transport,
     pub allow_other: bool,
     /// Generic mount options passed on to the kernel (dev, nosuid, ...).
@@ -667,7 +668,8 @@ impl Drop for SignalWatcher {
 struct StatsWriter {
     path: Option<PathBuf>,
     fs: Arc<Filesystem>,
-    /// The `transport:` line (io_uring queues and depth, or /dev/fuse workers).
+    /// The `transport:` line (io_uring queues, depth and polling, or
+    /// /dev/fuse workers).
     transport: String,
     stop: Option<crossbeam_channel::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,

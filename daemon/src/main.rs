@@ -14,8 +14,9 @@ use std::process::ExitCode;
 use anyhow::{bail, Context};
 use clap::{ArgAction, CommandFactory, Parser};
 use jbdfs_daemon::daemon::{self, DaemonConfig};
+use jbdfs_daemon::fuse::uring::{self, RingConfig};
 use jbdfs_daemon::fuse::Transport;
-use jbdfs_daemon::options::MountOptions;
+use jbdfs_daemon::options::{self as mount_opts, MountOptions};
 use tracing_subscriber::EnvFilter;
 
 #[derive(Parser, Debug)]
@@ -48,6 +49,9 @@ jbdfs options (-o):
                                    rings when /sys/module/fuse/parameters/enable_uring
                                    is on; io_uring warns when it cannot have them)
   io_uring_q_depth=N               ring entries per CPU (1-1024, default 8)
+  io_uring_poll_us=N               after answering, a ring looks for its next
+                                   request this long before it sleeps (0-10000,
+                                   default 50; 0 sleeps at once)
   nbd_timeout=SECS                 an NBD source may be unreachable this long
                                    before I/O fails with EIO (default 30)
   nbd_connections=N                connections to an NBD server that allows
@@ -134,13 +138,9 @@ fn run(args: Args) -> anyhow::Result<()> {
         direct_io: opts.direct_io,
         fuse_direct_io: opts.fuse_direct_io,
         transport: match opts.io_uring {
-            Some(true) => Transport::IoUring {
-                depth: opts.io_uring_q_depth,
-            },
+            Some(true) => Transport::IoUring(ring_config(&opts)),
             Some(false) => Transport::DevFuse,
-            None => Transport::Auto {
-                depth: opts.io_uring_q_depth,
-            },
+            None => Transport::Auto(ring_config(&opts)),
         },
         allow_other: generic.iter().any(|o| o == "allow_other"),
         generic,
@@ -178,6 +178,20 @@ fn run(args: Args) -> anyhow::Result<()> {
 }
 
 /// Whether the effective user is root: /proc/self belongs to it.
+// The option model's defaults are the rings' own.
+const _: () = assert!(mount_opts::DEFAULT_IO_URING_Q_DEPTH == uring::DEFAULT_DEPTH);
+const _: () =
+    assert!(mount_opts::DEFAULT_IO_URING_POLL_US as u128 == uring::DEFAULT_POLL.as_micros());
+const _: () = assert!(*mount_opts::IO_URING_POLL_US_RANGE.end() == uring::MAX_POLL_US);
+
+/// The rings' setup from `-o io_uring_q_depth` and `-o io_uring_poll_us`.
+fn ring_config(opts: &MountOptions) -> RingConfig {
+    RingConfig {
+        depth: opts.io_uring_q_depth,
+        poll: std::time::Duration::from_micros(opts.io_uring_poll_us.into()),
+    }
+}
+
 fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)

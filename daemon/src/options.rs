@@ -55,6 +55,8 @@ pub const THREADS_RANGE: RangeInclusive<usize> = 1..=1024;
 /// a 1 MiB payload buffer, touched only as far as requests fill it.
 pub const DEFAULT_IO_URING_Q_DEPTH: u32 = 8;
 pub const IO_URING_Q_DEPTH_RANGE: RangeInclusive<u32> = 1..=1024;
+pub const DEFAULT_IO_URING_POLL_US: u32 = 50;
+pub const IO_URING_POLL_US_RANGE: RangeInclusive<u32> = 0..=10_000;
 /// How long an NBD source's client retries a lost connection (seconds;
 /// the kernel nbd client's default timeout is 30 s too).
 pub const DEFAULT_NBD_TIMEOUT_SECS: u32 = 30;
@@ -178,6 +180,9 @@ pub struct MountOptions {
     pub io_uring: Option<bool>,
     /// Ring entries per CPU queue (`-o io_uring_q_depth=N`).
     pub io_uring_q_depth: u32,
+    /// Microseconds a queue keeps looking for requests after answering,
+    /// before it sleeps (`-o io_uring_poll_us=N`; 0 sleeps at once).
+    pub io_uring_poll_us: u32,
     /// Directory changes are synchronous.
     pub dirsync: bool,
     /// All writes are synchronous.
@@ -386,6 +391,7 @@ impl Default for MountOptions {
             fuse_direct_io: false,
             io_uring: None,
             io_uring_q_depth: DEFAULT_IO_URING_Q_DEPTH,
+            io_uring_poll_us: DEFAULT_IO_URING_POLL_US,
             dirsync: false,
             sync: false,
             acl: None,
@@ -526,6 +532,9 @@ impl MountOptions {
             "noio_uring" => self.io_uring = Some(!flag(key, value)?),
             "io_uring_q_depth" => {
                 self.io_uring_q_depth = in_range(key, value, IO_URING_Q_DEPTH_RANGE)?
+            }
+            "io_uring_poll_us" => {
+                self.io_uring_poll_us = in_range(key, value, IO_URING_POLL_US_RANGE)?
             }
             _ => return Ok(false),
         }
@@ -925,6 +934,11 @@ mod tests {
         assert_eq!(parse("rw").io_uring_q_depth, DEFAULT_IO_URING_Q_DEPTH);
         assert_bad_value("io_uring_q_depth=0", "io_uring_q_depth");
         assert_bad_value("io_uring_q_depth=1025", "io_uring_q_depth");
+        assert_eq!(parse("rw").io_uring_poll_us, DEFAULT_IO_URING_POLL_US);
+        assert_eq!(parse("io_uring_poll_us=0").io_uring_poll_us, 0);
+        assert_eq!(parse("io_uring_poll_us=200").io_uring_poll_us, 200);
+        assert_bad_value("io_uring_poll_us=10001", "io_uring_poll_us");
+        assert_bad_value("io_uring_poll_us=-1", "io_uring_poll_us");
     }
 
     #[test]

@@ -297,6 +297,59 @@ fn the_stats_file_names_the_transport_that_served() {
     );
 }
 
+/// Rings that sleep as soon as they have answered (`io_uring_poll_us=0`)
+/// and rings that poll for the longest the option allows serve the same:
+/// files written and fsync'd from two threads at once read back whole, the
+/// stats line names the polling, unmount ends the polling queues, and
+/// e2fsck finds the image clean. Only the io_uring pass runs it.
+#[test]
+fn rings_serve_alike_whether_they_poll_or_sleep_at_once() {
+    let test = "rings_serve_alike_whether_they_poll_or_sleep_at_once";
+    jbdfs_testkit::require!(fuse);
+    if transport() != TestTransport::IoUring {
+        jbdfs_testkit::require::not_this_pass(
+            test,
+            "the polling of rings is an io_uring option (JBDFS_TEST_TRANSPORT=io_uring)",
+        );
+        return;
+    }
+    for poll_us in [0, 10_000] {
+        let (img, dir) = image_and_dir(&format!("cli-poll-{poll_us}"));
+        let mnt = dir.path.join("mnt");
+        let stats = dir.path.join("stats");
+        let opts = format!("stats={},io_uring_poll_us={poll_us}", stats.display());
+        let d = Daemon::start(&img.path, &mnt, &opts, Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("mount with -o {opts}: {e:?}"));
+        let writers: Vec<_> = (0..2)
+            .map(|t| {
+                let dir = mnt.join(format!("t{t}"));
+                std::thread::spawn(move || {
+                    std::fs::create_dir(&dir).unwrap();
+                    for i in 0..100u32 {
+                        let body = format!("{t}:{i}:").repeat(100 + i as usize);
+                        let path = dir.join(format!("f{i}"));
+                        std::fs::write(&path, &body).unwrap();
+                        std::fs::File::open(&path).unwrap().sync_all().unwrap();
+                        assert_eq!(std::fs::read_to_string(&path).unwrap(), body);
+                    }
+                })
+            })
+            .collect();
+        for w in writers {
+            w.join().unwrap();
+        }
+        let exited = d.stop();
+        assert!(exited.status.success(), "-o {opts}: {exited:?}");
+        let line = transport_line(&stats);
+        assert!(
+            line.starts_with("transport: io_uring, ")
+                && line.ends_with(&format!(", poll {poll_us}us")),
+            "-o {opts}: the stats file ends with {line:?}"
+        );
+        common::assert_e2fsck_clean(&img.path, &format!("the image after -o {opts}"));
+    }
+}
+
 /// `-o io_uring` with the kernel's enable_uring off: the daemon warns once,
 /// naming the parameter, and serves over /dev/fuse; without the option it
 /// serves over /dev/fuse without a word. Where enable_uring is on,

@@ -23,14 +23,18 @@ use jbdfs_daemon::fuse::Transport;
 // The kit's copy of the daemon's io_uring depth (for stats lines) is right.
 const _: () =
     assert!(jbdfs_testkit::daemon::URING_DEPTH == jbdfs_daemon::fuse::uring::DEFAULT_DEPTH);
+const _: () = assert!(
+    jbdfs_testkit::daemon::URING_POLL_US as u128
+        == jbdfs_daemon::fuse::uring::DEFAULT_POLL.as_micros()
+);
 
 /// The in-process transport value of this run's [`transport`].
 fn run_transport() -> Transport {
     match transport() {
         daemon_common::TestTransport::DevFuse => Transport::DevFuse,
-        daemon_common::TestTransport::IoUring => Transport::IoUring {
-            depth: jbdfs_daemon::fuse::uring::DEFAULT_DEPTH,
-        },
+        daemon_common::TestTransport::IoUring => {
+            Transport::IoUring(jbdfs_daemon::fuse::uring::RingConfig::default())
+        }
     }
 }
 

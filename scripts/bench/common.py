@@ -8,6 +8,7 @@ Environment (as the shell scripts had it):
   BENCH_IMAGE_SIZE   image size of the fs_mark, tree and afd runs (default 2G, sparse)
   BENCH_NBD_DELAY    nbdkit's delay per read and write for "nbd-delay" (default 1ms)
   BENCH_URING_Q_DEPTH  io_uring queue depth: jbdfs -o io_uring_q_depth=N, fuse_floor --depth N
+  BENCH_URING_POLL_US  io_uring polling after answers: jbdfs -o io_uring_poll_us=N, fuse_floor --poll-us N
   MNT_KEEP=1         keep the images
 """
 import os
@@ -23,6 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SCRIPTS = ROOT / "scripts"
 URING_PARAM = Path(os.environ.get("BENCH_URING_PARAM", "/sys/module/fuse/parameters/enable_uring"))
 URING_Q_DEPTH = os.environ.get("BENCH_URING_Q_DEPTH", "")
+URING_POLL_US = os.environ.get("BENCH_URING_POLL_US", "")
 TRANSPORTS = ("dev_fuse", "io_uring")
 
 for _d in ("/usr/local/sbin", "/usr/sbin", "/sbin"):
@@ -167,6 +169,22 @@ def cpuidle():
     return f"{governor}, guest_halt_poll_ns {poll}" if poll is not None else governor
 
 
+def uring_options():
+    """jbdfs's -o options for io_uring, with BENCH_URING_Q_DEPTH and _POLL_US."""
+    opts = ["io_uring"]
+    opts += [f"io_uring_q_depth={URING_Q_DEPTH}"] if URING_Q_DEPTH else []
+    opts += [f"io_uring_poll_us={URING_POLL_US}"] if URING_POLL_US else []
+    return opts
+
+
+def floor_uring_args():
+    """fuse_floor's arguments for io_uring, the same settings as uring_options."""
+    args = ["--io-uring"]
+    args += ["--depth", URING_Q_DEPTH] if URING_Q_DEPTH else []
+    args += ["--poll-us", URING_POLL_US] if URING_POLL_US else []
+    return args
+
+
 def header(title, transports=None):
     """The report's header: the command line, the transports, the machine."""
     section(title)
@@ -174,9 +192,7 @@ def header(title, transports=None):
     if transports is not None:
         line = f"transport: {' and '.join(transports)} (enable_uring: {uring_state()}"
         if "io_uring" in transports.list:
-            depth = f",io_uring_q_depth={URING_Q_DEPTH}" if URING_Q_DEPTH else ""
-            line += f"; jbdfs -o io_uring{depth}, fuse_floor --io-uring"
-            line += f" --depth {URING_Q_DEPTH}" if URING_Q_DEPTH else ""
+            line += f"; jbdfs -o {','.join(uring_options())}, fuse_floor {' '.join(floor_uring_args())}"
         print(line + ")")
         if transports.note:
             print(f"note: {transports.note}")

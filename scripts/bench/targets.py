@@ -244,7 +244,7 @@ class Jbdfs(Daemon):
             opts.append(f"devsim={self.device}")
         opts += [o for o in (self.opts, extra) if o]
         if self.transport == "io_uring":
-            opts.append("io_uring" + (f",io_uring_q_depth={common.URING_Q_DEPTH}" if common.URING_Q_DEPTH else ""))
+            opts.append(",".join(common.uring_options()))
         elif self.transport == "dev_fuse":
             # Explicit: jbdfs serves over io_uring whenever enable_uring is on.
             opts.append("noio_uring")
@@ -303,9 +303,7 @@ class Floor(Daemon):
     def _mount(self, mnt, opts):
         args = [bin_dir() / "examples" / "fuse_floor", mnt]
         if self.transport == "io_uring":
-            args.append("--io-uring")
-            if common.URING_Q_DEPTH:
-                args += ["--depth", common.URING_Q_DEPTH]
+            args += common.floor_uring_args()
         self._start(mnt, args)
 
     def _umount(self, mnt):

@@ -29,6 +29,8 @@ pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 /// (`jbdfs_daemon::fuse::uring::DEFAULT_DEPTH`; daemon/tests/fuse_mount.rs
 /// checks at compile time that the two agree).
 pub const URING_DEPTH: u32 = 8;
+/// The daemon's default `-o io_uring_poll_us`.
+pub const URING_POLL_US: u32 = 50;
 
 /// The environment variable that picks the transport of a test run.
 pub const TRANSPORT_ENV: &str = "JBDFS_TEST_TRANSPORT";
@@ -69,9 +71,10 @@ impl TestTransport {
         match self {
             TestTransport::DevFuse => format!("transport: /dev/fuse, {workers} workers"),
             TestTransport::IoUring => format!(
-                "transport: io_uring, {} queues, depth {}",
+                "transport: io_uring, {} queues, depth {}, poll {}us",
                 possible_cpus(),
-                URING_DEPTH
+                URING_DEPTH,
+                URING_POLL_US
             ),
         }
     }

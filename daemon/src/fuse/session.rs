@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use super::fuser_adapter::{FuserAdapter, InitWants, MAX_WRITE};
 use super::request::Handler;
-use super::uring::{self, Rings};
+use super::uring::{self, RingConfig, Rings};
 
 /// The kernel's switch for FUSE over io_uring.
 pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
@@ -20,19 +20,19 @@ pub const ENABLE_URING: &str = "/sys/module/fuse/parameters/enable_uring";
 pub enum Transport {
     /// read and writev on /dev/fuse, by fuser's workers.
     DevFuse,
-    /// FUSE over io_uring with this many entries per CPU queue; one
-    /// warning, and /dev/fuse, when the kernel cannot give it.
-    IoUring { depth: u32 },
+    /// FUSE over io_uring with queues set up so; one warning, and
+    /// /dev/fuse, when the kernel cannot give it.
+    IoUring(RingConfig),
     /// io_uring when the kernel offers it (enable_uring is on), quietly
     /// /dev/fuse when not: the default.
-    Auto { depth: u32 },
+    Auto(RingConfig),
 }
 
 /// A mounted session, not yet serving.
 pub struct Mounted<H: Handler> {
     session: fuser::Session<FuserAdapter<H>>,
     handler: Arc<H>,
-    want_rings: Option<u32>,
+    want_rings: Option<RingConfig>,
     workers: usize,
 }
 
@@ -40,16 +40,19 @@ pub struct Mounted<H: Handler> {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Serving {
     DevFuse { workers: usize },
-    IoUring { queues: usize, depth: u32 },
+    IoUring { queues: usize, config: RingConfig },
 }
 
 impl std::fmt::Display for Serving {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Serving::DevFuse { workers } => write!(f, "/dev/fuse, {workers} workers"),
-            Serving::IoUring { queues, depth } => {
-                write!(f, "io_uring, {queues} queues, depth {depth}")
-            }
+            Serving::IoUring { queues, config } => write!(
+                f,
+                "io_uring, {queues} queues, depth {}, poll {}us",
+                config.depth,
+                config.poll.as_micros()
+            ),
         }
     }
 }
@@ -83,8 +86,8 @@ pub fn mount<H: Handler>(
 ) -> io::Result<Mounted<H>> {
     let (mut want_rings, asked) = match transport {
         Transport::DevFuse => (None, false),
-        Transport::IoUring { depth } => (Some(depth), true),
-        Transport::Auto { depth } => (Some(depth), false),
+        Transport::IoUring(config) => (Some(config), true),
+        Transport::Auto(config) => (Some(config), false),
     };
     if want_rings.is_some() {
         if let Some(why) = uring_unavailable() {
@@ -129,15 +132,16 @@ impl<H: Handler> Mounted<H> {
     /// Starts the rings, if granted: after this, what [`Mounted::serving`]
     /// says is true.
     pub fn start(&mut self) -> io::Result<Option<Rings>> {
-        let Some(depth) = self.want_rings else {
+        let Some(config) = self.want_rings else {
             return Ok(None);
         };
         let dev = std::os::fd::AsFd::as_fd(&self.session).try_clone_to_owned()?;
         let payload = (MAX_WRITE as usize).max(super::abi::FUSE_MIN_READ_BUFFER);
-        let rings = Rings::start(&dev, self.handler.clone(), depth, payload)?;
+        let rings = Rings::start(&dev, self.handler.clone(), config, payload)?;
         tracing::info!(
             queues = rings.queues,
-            depth = rings.depth,
+            depth = rings.config.depth,
+            poll_us = rings.config.poll.as_micros(),
             "serving over io_uring"
         );
         Ok(Some(rings))
@@ -146,9 +150,12 @@ impl<H: Handler> Mounted<H> {
     /// The transport the session serves by, once started.
     pub fn serving(&self) -> Serving {
         match self.want_rings {
-            Some(depth) => Serving::IoUring {
+            Some(config) => Serving::IoUring {
                 queues: uring::possible_cpus().unwrap_or(1),
-                depth: uring::clamp_depth(depth),
+                config: RingConfig {
+                    depth: uring::clamp_depth(config.depth),
+                    ..config
+                },
             },
             None => Serving::DevFuse {
                 workers: self.workers,

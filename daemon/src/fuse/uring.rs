@@ -35,6 +35,32 @@ use super::request::*;
 /// Entries per queue unless `-o io_uring_q_depth` says otherwise.
 pub const DEFAULT_DEPTH: u32 = 8;
 
+/// How long a queue looks for its next request after answering, unless
+/// `-o io_uring_poll_us` says otherwise (see [`Queue::poll_for_requests`]).
+pub const DEFAULT_POLL: Duration = Duration::from_micros(50);
+
+/// The longest `-o io_uring_poll_us` takes, in microseconds.
+pub const MAX_POLL_US: u32 = 10_000;
+
+/// How each queue is set up (`-o io_uring_q_depth`, `-o io_uring_poll_us`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RingConfig {
+    /// Entries registered per queue (clamped by [`clamp_depth`]).
+    pub depth: u32,
+    /// How long a queue keeps looking for requests after it has answered
+    /// before it sleeps; zero sleeps at once.
+    pub poll: Duration,
+}
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        RingConfig {
+            depth: DEFAULT_DEPTH,
+            poll: DEFAULT_POLL,
+        }
+    }
+}
+
 /// At most this many yields before a deferred commit (see `Queue::gather`).
 const MAX_GATHER_ROUNDS: u32 = 256;
 
@@ -76,7 +102,7 @@ pub fn rings_available() -> io::Result<()> {
 pub struct Rings {
     threads: Vec<JoinHandle<()>>,
     pub queues: usize,
-    pub depth: u32,
+    pub config: RingConfig,
 }
 
 impl Rings {
@@ -87,11 +113,14 @@ impl Rings {
     pub fn start<H: Handler>(
         dev: &OwnedFd,
         handler: Arc<H>,
-        depth: u32,
+        config: RingConfig,
         payload_size: usize,
     ) -> io::Result<Rings> {
         let queues = possible_cpus()?;
-        let depth = clamp_depth(depth);
+        let config = RingConfig {
+            depth: clamp_depth(config.depth),
+            ..config
+        };
         let mut threads = Vec::with_capacity(queues);
         for qid in 0..queues {
             let dev = dev.try_clone()?;
@@ -102,7 +131,7 @@ impl Rings {
             let thread = std::thread::Builder::new()
                 .name(format!("jbdfs-ring-{qid}"))
                 .spawn(
-                    move || match Queue::new(dev, qid as u16, depth, payload_size) {
+                    move || match Queue::new(dev, qid as u16, config, payload_size) {
                         Ok(queue) => {
                             let _ = made_tx.send(Ok(()));
                             queue.run(&*handler);
@@ -116,7 +145,7 @@ impl Rings {
         Ok(Rings {
             threads,
             queues,
-            depth,
+            config,
         })
     }
 
@@ -266,10 +295,12 @@ struct Queue {
     tx: Sender<Completion>,
     wake_tx: Option<std::io::PipeWriter>,
     ring: IoUring<squeue::Entry128, cqueue::Entry>,
+    poll: Duration,
 }
 
 impl Queue {
-    fn new(dev: OwnedFd, qid: u16, depth: u32, payload_size: usize) -> io::Result<Queue> {
+    fn new(dev: OwnedFd, qid: u16, config: RingConfig, payload_size: usize) -> io::Result<Queue> {
+        let depth = config.depth;
         let ring = IoUring::<squeue::Entry128, cqueue::Entry>::builder()
             .setup_single_issuer()
             .setup_coop_taskrun()
@@ -287,6 +318,7 @@ impl Queue {
             tx,
             wake_tx: Some(wake_tx),
             ring,
+            poll: config.poll,
         })
     }
 
@@ -328,10 +360,12 @@ impl Queue {
 
     /// One wait for completions, and everything they lead to.
     fn turn(&mut self, handler: &impl Handler, shared: &Arc<Shared>) -> io::Result<()> {
-        match self.ring.submit_and_wait(1) {
-            Ok(_) => {}
-            Err(e) if e.raw_os_error() == Some(libc::EINTR) => return Ok(()),
-            Err(e) => return Err(e),
+        if !self.poll_for_requests() {
+            match self.ring.submit_and_wait(1) {
+                Ok(_) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EINTR) => return Ok(()),
+                Err(e) => return Err(e),
+            }
         }
         self.serve_completions(handler, shared)?;
         if let Some(budget) = handler.gather_budget() {
@@ -339,6 +373,40 @@ impl Queue {
         }
         handler.batch_done();
         self.commit_local()
+    }
+
+    /// After answering, sends the answers and keeps looking for the next
+    /// request for up to `poll`, yielding the CPU between looks, before the
+    /// queue sleeps; whether one came. A caller woken by an answer is placed
+    /// by the scheduler, which moves it to an idle CPU when this one is busy
+    /// (its ring thread is running the answer's commit). When the caller and
+    /// the daemon are in different task groups (the daemon in a session or
+    /// cgroup of its own), that happens on nearly every answer: each request
+    /// then wakes a sleeping CPU, and its next request lands on the other
+    /// queue, whose thread must be woken too. On a VM whose idle CPUs halt,
+    /// that costs tens of microseconds per request (see
+    /// docs/PERFORMANCE.md, the eleventh session). A queue that polls keeps
+    /// its CPU busy, so its callers stay where they are, and it catches
+    /// their next request without a sleep and a wake-up; the yield gives
+    /// the CPU to whoever else wants it meanwhile, the caller first.
+    fn poll_for_requests(&mut self) -> bool {
+        if self.poll.is_zero() {
+            return false;
+        }
+        self.send_answers_and_run_task_work();
+        let started = Instant::now();
+        loop {
+            if self.ring.submission().taskrun() {
+                self.send_answers_and_run_task_work();
+            }
+            if !self.ring.completion().is_empty() {
+                return true;
+            }
+            if started.elapsed() >= self.poll {
+                return false;
+            }
+            std::thread::yield_now();
+        }
     }
 
     /// Serves every completion at hand: requests, and answers from other
