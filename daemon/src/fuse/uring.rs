@@ -387,8 +387,9 @@ impl Queue {
     /// that costs tens of microseconds per request (see
     /// docs/PERFORMANCE.md, the eleventh session). A queue that polls keeps
     /// its CPU busy, so its callers stay where they are, and it catches
-    /// their next request without a sleep and a wake-up; the yield gives
-    /// the CPU to whoever else wants it meanwhile, the caller first.
+    /// their next request without a sleep and a wake-up. The yield lets the
+    /// CPU's other threads run between looks, and the time limit bounds
+    /// what polling takes from a CPU that turns out to be wanted.
     fn poll_for_requests(&mut self) -> bool {
         if self.poll.is_zero() {
             return false;
