@@ -61,6 +61,7 @@ const FIXED: &[&str] = &[
     "io_uring",
     "noio_uring",
     "io_uring_q_depth",
+    "io_uring_poll_us",
     "record",
     "devsim",
     "stats",
@@ -449,6 +450,12 @@ mod tests {
         let changed =
             fixed_changes(&["data=journal", "io_uring", "stats=/tmp/s"], &mounted).unwrap();
         assert_eq!(changed, ["data=journal", "io_uring"]);
+        // The rings' settings are the mount's too.
+        assert!(fixed_changes(&["io_uring_poll_us=50"], &mounted)
+            .unwrap()
+            .is_empty());
+        let changed = fixed_changes(&["io_uring_poll_us=0", "io_uring_q_depth=8"], &mounted);
+        assert_eq!(changed.unwrap(), ["io_uring_poll_us=0"]);
     }
 
     #[test]
