@@ -311,8 +311,8 @@ fn usage() -> String {
          Serves an in-memory filesystem with no storage (the FUSE floor of\n\
          scripts/bench-fsmark.sh --floor) until unmounted: by THREADS /dev/fuse\n\
          workers (8), or with --io-uring by FUSE over io_uring, one queue per CPU\n\
-         of depth N ({}) that polls N microseconds after answering ({}), when\n\
-         the kernel grants it.",
+         of depth N ({}) that polls --poll-us microseconds after answering ({}),\n\
+         when the kernel grants it.",
         uring::DEFAULT_DEPTH,
         uring::DEFAULT_POLL.as_micros()
     )
