@@ -177,7 +177,6 @@ fn run(args: Args) -> anyhow::Result<()> {
     }
 }
 
-/// Whether the effective user is root: /proc/self belongs to it.
 // The option model's defaults are the rings' own.
 const _: () = assert!(mount_opts::DEFAULT_IO_URING_Q_DEPTH == uring::DEFAULT_DEPTH);
 const _: () =
@@ -192,6 +191,7 @@ fn ring_config(opts: &MountOptions) -> RingConfig {
     }
 }
 
+/// Whether the effective user is root: /proc/self belongs to it.
 fn running_as_root() -> bool {
     use std::os::unix::fs::MetadataExt;
     fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
