@@ -55,6 +55,8 @@ pub const THREADS_RANGE: RangeInclusive<usize> = 1..=1024;
 /// a 1 MiB payload buffer, touched only as far as requests fill it.
 pub const DEFAULT_IO_URING_Q_DEPTH: u32 = 8;
 pub const IO_URING_Q_DEPTH_RANGE: RangeInclusive<u32> = 1..=1024;
+/// Microseconds a ring keeps looking for its next request after answering
+/// (`Queue::poll_for_requests` in daemon/src/fuse/uring.rs says why).
 pub const DEFAULT_IO_URING_POLL_US: u32 = 50;
 pub const IO_URING_POLL_US_RANGE: RangeInclusive<u32> = 0..=10_000;
 /// How long an NBD source's client retries a lost connection (seconds;
