@@ -12,8 +12,9 @@
 //!     cargo run --release --example fuse_floor -- MOUNTPOINT [THREADS] [--io-uring] [--depth N] [--poll-us N]
 //!
 //! THREADS /dev/fuse workers (8); --io-uring serves by io_uring queues of
-//! depth N that poll N microseconds after answering (the daemon's
-//! defaults) when the kernel grants it, and says so on stderr either way. Serves until unmounted (fusermount3 -u MOUNTPOINT).
+//! depth N that poll for --poll-us microseconds after answering (the
+//! daemon's defaults) when the kernel grants it, and says so on stderr
+//! either way. Serves until unmounted (fusermount3 -u MOUNTPOINT).
 //! Regular files and directories only; data is counted, not kept (reads
 //! return zeros); rename and the other operations `Floor::answer` does not
 //! list get ENOSYS, symlink and link EPERM (what fuser's defaults answer).

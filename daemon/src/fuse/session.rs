@@ -152,10 +152,7 @@ impl<H: Handler> Mounted<H> {
         match self.want_rings {
             Some(config) => Serving::IoUring {
                 queues: uring::possible_cpus().unwrap_or(1),
-                config: RingConfig {
-                    depth: uring::clamp_depth(config.depth),
-                    ..config
-                },
+                config: config.clamped(),
             },
             None => Serving::DevFuse {
                 workers: self.workers,

@@ -52,6 +52,16 @@ pub struct RingConfig {
     pub poll: Duration,
 }
 
+impl RingConfig {
+    /// The setup the queues get: the depth within [`clamp_depth`]'s bounds.
+    pub fn clamped(self) -> RingConfig {
+        RingConfig {
+            depth: clamp_depth(self.depth),
+            ..self
+        }
+    }
+}
+
 impl Default for RingConfig {
     fn default() -> Self {
         RingConfig {
@@ -117,10 +127,7 @@ impl Rings {
         payload_size: usize,
     ) -> io::Result<Rings> {
         let queues = possible_cpus()?;
-        let config = RingConfig {
-            depth: clamp_depth(config.depth),
-            ..config
-        };
+        let config = config.clamped();
         let mut threads = Vec::with_capacity(queues);
         for qid in 0..queues {
             let dev = dev.try_clone()?;
@@ -377,21 +384,18 @@ impl Queue {
 
     /// After answering, sends the answers and keeps looking for the next
     /// request for up to `poll`, yielding the CPU between looks, before the
-    /// queue sleeps; whether one came. A caller woken by an answer is placed
-    /// by the scheduler, which moves it to an idle CPU when this one is busy
-    /// (its ring thread is running the answer's commit). When the caller and
-    /// the daemon are in different task groups (the daemon in a session or
-    /// cgroup of its own), that happens on nearly every answer: each request
-    /// then wakes a sleeping CPU, and its next request lands on the other
-    /// queue, whose thread must be woken too. On a VM whose idle CPUs halt,
-    /// that costs tens of microseconds per request (see
-    /// docs/PERFORMANCE.md, the eleventh session). While a queue polls its
-    /// CPU is not idle and its thread is runnable, as in a shared task
-    /// group, so its callers mostly stay where they are (migrations fell
-    /// tenfold), and it catches their next request without a sleep and a
-    /// wake-up. The yield lets the
-    /// CPU's other threads run between looks, and the time limit bounds
-    /// what polling takes from a CPU that turns out to be wanted.
+    /// queue sleeps; whether one came. The answer wakes its caller while
+    /// this thread still runs, and when caller and daemon are in different
+    /// task groups (the daemon in a session or cgroup of its own) the
+    /// scheduler then moves the caller to an idle CPU on nearly every
+    /// answer: each request wakes a sleeping CPU, and the next lands on the
+    /// other queue, whose thread must be woken too (tens of microseconds a
+    /// request on a VM whose idle CPUs halt; docs/PERFORMANCE.md, the
+    /// eleventh session). While a queue polls, its CPU is not idle and its
+    /// thread is runnable, as in a shared task group, so its callers mostly
+    /// stay (migrations fell tenfold) and their next request is caught
+    /// without a sleep and a wake-up. The time limit bounds what polling
+    /// takes from a CPU that turns out to be wanted.
     fn poll_for_requests(&mut self) -> bool {
         if self.poll.is_zero() {
             return false;
