@@ -185,8 +185,10 @@ def floor_uring_args():
     return args
 
 
-def header(title, transports=None):
-    """The report's header: the command line, the transports, the machine."""
+def header(title, transports=None, sampler=None, method=True):
+    """The report's header: the command line, the transports, the machine
+    (with SAMPLER, a LoadSampler: its look before the run) and the method of
+    the verdicts."""
     section(title)
     print(f"command: {cmdline()}")
     if transports is not None:
@@ -197,6 +199,12 @@ def header(title, transports=None):
         if transports.note:
             print(f"note: {transports.note}")
     print(f"machine: {machine()}", flush=True)
+    if sampler is not None and sampler.before_line():
+        print(sampler.before_line())
+    if method:
+        from . import stats
+        print(f"method: every figure is the median (min–max) of interleaved rounds; {stats.METHOD}",
+              flush=True)
 
 
 def on_signals():
@@ -242,3 +250,179 @@ def results_files(name, out=None, log=True):
     logf = tempfile.mkstemp(prefix=f"jbdfs-{name}.", suffix=".log", dir="/tmp")[1] if log else None
     info(f"raw results: {results}" + (f"; mount and fsck log: {logf}" if logf else ""))
     return results, logf
+
+
+# -- the machine's load: part of every result ------------------------------
+# Other work on the CPUs slows some runs and not others, and no statistic
+# undoes that. The sampler reads, every second in a background thread:
+# /proc/loadavg, /proc/pressure/cpu (some avg10: the share of time some task
+# waited for a CPU), /proc/stat (steal: a hypervisor gave the CPU to another
+# guest; busy: every non-idle jiffy) and every process's CPU time in
+# /proc/PID/stat. "Other work" is the CPU time of processes that are not
+# this benchmark's (not descendants of this process, not kernel threads,
+# not one of OURS_DAEMONS, which daemonize and leave our tree for init's),
+# per second of wall time: a quiet machine shows about 0.0 CPUs, two CPU
+# hogs about 2. Another benchmark's daemons (jbdfs, fs_mark) count as other
+# work: they are.
+OURS_DAEMONS = {"fuse2fs"}
+# Above these, the report warns that its figures are unreliable.
+BUSY_OTHER_CPUS = 0.25   # other work, CPUs on average
+BUSY_STEAL = 0.05        # steal, share of all CPU time
+_TCK = os.sysconf("SC_CLK_TCK")
+
+
+def _proc_cpu():
+    """{pid: (comm, ppid, cpu jiffies)} of every process."""
+    out = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/stat") as f:
+                s = f.read()
+        except OSError:
+            continue
+        comm = s[s.index("(") + 1:s.rindex(")")]
+        f = s[s.rindex(")") + 2:].split()
+        out[int(d)] = (comm, int(f[1]), int(f[11]) + int(f[12]))
+    return out
+
+
+def _stat_cpu():
+    """(busy jiffies, steal jiffies, all jiffies) from /proc/stat's cpu line."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:]]
+    idle = v[3] + (v[4] if len(v) > 4 else 0)
+    steal = v[7] if len(v) > 7 else 0
+    return sum(v[:8]) - idle - steal, steal, sum(v[:8])
+
+
+def _psi_some10():
+    s = read_sys("/proc/pressure/cpu")
+    if not s:
+        return None
+    for line in s.splitlines():
+        if line.startswith("some"):
+            return float(line.split()[1].split("=")[1])
+    return None
+
+
+def _loadavg1():
+    return float(read_sys("/proc/loadavg").split()[0])
+
+
+class LoadSampler:
+    """Samples the machine once a second from start() to stop() (a daemon
+    thread); report() gives the lines of the header and the warning."""
+
+    def __init__(self, interval=1.0):
+        import threading
+        self.interval = interval
+        self.me = os.getpid()
+        self.samples = []   # (t, loadavg1, psi some avg10, other CPUs, steal share)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, daemon=True)
+        self.before = None
+
+    def _ours(self, procs, pid):
+        seen = 0
+        while pid > 1 and seen < 64:
+            if pid == self.me or pid == 2:
+                return True
+            comm, ppid, _ = procs.get(pid, ("", 0, 0))
+            if ppid == 1 and comm in OURS_DAEMONS:
+                return True
+            pid, seen = ppid, seen + 1
+        return False
+
+    def _other_jiffies(self, prev, cur):
+        n = 0
+        for pid, (comm, ppid, cpu) in cur.items():
+            if self._ours(cur, pid):
+                continue
+            old = prev.get(pid)
+            n += cpu - old[2] if old and old[0] == comm and cpu >= old[2] else cpu if pid not in prev else 0
+        return n
+
+    def sample_once(self, seconds=1.0):
+        """One measurement over SECONDS: (loadavg1, psi, other CPUs, steal share, busy CPUs)."""
+        p0, s0, t0 = _proc_cpu(), _stat_cpu(), time.monotonic()
+        time.sleep(seconds)
+        p1, s1, t1 = _proc_cpu(), _stat_cpu(), time.monotonic()
+        return self._point(p0, s0, t0, p1, s1, t1)
+
+    def _point(self, p0, s0, t0, p1, s1, t1):
+        wall = max(t1 - t0, 1e-3)
+        other = self._other_jiffies(p0, p1) / _TCK / wall
+        total = max(s1[2] - s0[2], 1)
+        return (_loadavg1(), _psi_some10(), other, (s1[1] - s0[1]) / total, (s1[0] - s0[0]) / _TCK / wall)
+
+    def _loop(self):
+        p0, s0, t0 = _proc_cpu(), _stat_cpu(), time.monotonic()
+        while not self._stop.wait(self.interval):
+            p1, s1, t1 = _proc_cpu(), _stat_cpu(), time.monotonic()
+            self.samples.append((t1,) + self._point(p0, s0, t0, p1, s1, t1))
+            p0, s0, t0 = p1, s1, t1
+
+    def start(self):
+        """A 1-second look at the idle machine before the measurement, then the thread."""
+        self.before = self.sample_once(1.0)
+        self._thread.start()
+        return self
+
+    def stop(self):
+        self._stop.set()
+        self._thread.join(5)
+
+    @staticmethod
+    def _fmt(load, psi, other, steal, busy=None):
+        s = f"loadavg {load:.2f}, cpu pressure some avg10 {'–' if psi is None else f'{psi:.1f}%'}, "
+        s += f"steal {steal:.1%}, other work {other:.2f} CPUs"
+        return s + (f" (all work {busy:.2f} CPUs)" if busy is not None else "")
+
+    def before_line(self):
+        return f"machine before: {self._fmt(*self.before)}" if self.before else None
+
+    def lines(self):
+        """The report's lines on the load: before, during (mean and peak), and
+        the warning when other work shared the CPUs."""
+        out = []
+        if self.before:
+            out.append(self.before_line())
+        if self.samples:
+            n = len(self.samples)
+            mean = lambda i: sum(s[i] for s in self.samples if s[i] is not None) / n  # noqa: E731
+            peak = lambda i: max((s[i] for s in self.samples if s[i] is not None), default=0)  # noqa: E731
+            psi = [s[2] for s in self.samples if s[2] is not None]
+            out.append(f"machine during ({n} samples, 1 s apart; loadavg and pressure include this "
+                       f"benchmark's own work): loadavg peak {peak(1):.2f}, cpu pressure some avg10 "
+                       f"{'–' if not psi else f'mean {sum(psi) / len(psi):.1f}%, peak {max(psi):.1f}%'}, "
+                       f"steal mean {mean(4):.1%}, other work mean {mean(3):.2f} CPUs, peak {peak(3):.2f} "
+                       f"(of {os.cpu_count()})")
+        w = self.warning()
+        if w:
+            out.append(w)
+        return out
+
+    def warning(self):
+        busy = []
+        if self.before and self.before[2] > BUSY_OTHER_CPUS:
+            busy.append(f"{self.before[2]:.2f} CPUs of other work before the run")
+        if self.samples:
+            n = len(self.samples)
+            other = sum(s[3] for s in self.samples) / n
+            steal = sum(s[4] for s in self.samples) / n
+            if other > BUSY_OTHER_CPUS:
+                busy.append(f"other work used {other:.2f} CPUs on average during the measurement")
+            if steal > BUSY_STEAL:
+                busy.append(f"steal was {steal:.1%}")
+        if not busy:
+            return None
+        return ("**WARNING: the machine was busy** (" + "; ".join(busy) + f"; thresholds {BUSY_OTHER_CPUS} "
+                f"CPUs, steal {BUSY_STEAL:.0%}): the figures below are unreliable, other work slowed "
+                "some runs and not others; the spreads and intervals show how far")
+
+
+def load_sampler():
+    """Start a LoadSampler (a 1 s look before, then every second)."""
+    return LoadSampler().start()
