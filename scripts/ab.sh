@@ -15,9 +15,20 @@
 # Y, which this run does not change: otherwise /dev/fuse, with a note);
 # passed to bench-fsmark.sh, which could also take "both" (twice the time).
 #
+# Every figure is the median (min-max) of interleaved rounds (5; 3 with
+# --quick), every ratio has a verdict (faster, slower or no clear
+# difference: a bootstrap interval of the ratio of medians), and the
+# machine's load before and during the run is printed, with a warning when
+# other work used the CPUs (then the figures are unreliable).
+#
 # --quick: bdelay 0, 1 and auto; data=ordered and journal; ramdisk and
-# sata; 1 and 4 threads; small runs (about a minute: a CI smoke test).
-# The full A/B takes about an hour (see docs/PERFORMANCE.md).
+# sata; 1 and 4 threads; 3 rounds of about 0.5 s of files each (under 2
+# minutes on a quiet 2-CPU machine). It answers the two questions of the
+# seeds: does bdelay=1 collapse on ram at 2+ threads, and does batching
+# help on sata. It leaves out bdelay yield, 2-4 and jbd2, data=writeback,
+# the disk image and the array, thread counts 2 and 8-20, and runs long
+# enough for steady rates. The full A/B takes about an hour (see
+# docs/PERFORMANCE.md).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -32,7 +43,7 @@ while [ $# -gt 0 ]; do
         --quick) quick=1 ;;
         --charts) charts="$2"; shift ;;
         --transport) transport="$2"; shift ;;
-        -h | --help) sed -n '2,20p' "$0"; exit 0 ;;
+        -h | --help) sed -n '2,33p' "$0"; exit 0 ;;
         *) args+=("$1") ;;
     esac
     shift
@@ -54,4 +65,14 @@ set -- "$@" --transport "$transport"
 section "bdelay A/B: fs_mark on jbdfs over $transport$([ "$quick" = 1 ] && echo ' (quick)')"
 printf 'command: %s\n' "${cmdline% }"
 printf 'transport: %s\n' "$transport"
-exec "$JBDFS_ROOT/scripts/bench-fsmark.sh" "$@" "${args[@]}"
+if [ "$quick" = 1 ]; then
+    printf '%s\n' "quick: 3 rounds; bdelay 0, 1, auto; data=ordered and journal; ram and sata; 1 and 4 threads." \
+        "quick leaves out: bdelay yield, 2-4, jbd2; data=writeback; the disk image and the array;" \
+        "  2 and 8-20 threads; long runs (each run about 0.5 s of files). scripts/ab.sh without --quick has them all."
+fi
+start=$SECONDS
+status=0
+"$JBDFS_ROOT/scripts/bench-fsmark.sh" "$@" "${args[@]}" || status=$?
+printf '\nwall time: %d s (bench-fsmark.sh; with deps.sh and the build: %d s)\n' \
+    $((SECONDS - start)) "$SECONDS"
+exit "$status"

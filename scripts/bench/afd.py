@@ -5,8 +5,9 @@ run, on a ramdisk image and a disk image, each on a fresh image checked
 with e2fsck -fn after its run. P processes, each working on N files spread
 over D shared directories: create (1 KiB each), link (a second name),
 rename (the second name, to another directory), delete (both names).
-Prints files/s per phase (all processes; the best of the repeats) with
-ratios.
+Prints files/s per phase (all processes; the median (min–max) of R
+interleaved rounds: 5, 3 with --quick; --repeat R) with ratios and their
+verdicts (stats.py).
 
     bench afd [--quick] [--devices "ram disk"] [--files N] [--procs P] [--dirs D]
         [--repeat R] [--data MODE] [--opts JBDFS_OPTS] [--charts DIR] [--out FILE]
@@ -19,7 +20,7 @@ import time
 from collections import defaultdict
 from multiprocessing import Barrier, Process, Queue
 
-from . import common, report, stats, targets
+from . import common, report, targets
 
 
 PHASES = ["create", "link", "rename", "delete"]
@@ -81,15 +82,16 @@ def report_results(results, charts=None):
         for line in f:
             fs, dev, phase, rate = line.rstrip("\n").split("\t")
             res[(fs, dev)][phase].append(float(rate))
-    # The best of the repeats: on a shared machine other work only ever
-    # slows a phase down.
-    med = {k: {p: stats.best(v) for p, v in d.items()} for k, d in res.items()}
+    # Every figure the median (min–max) of the interleaved rounds, every
+    # ratio with its verdict (stats.py).
+    med = res
     for dev in sorted({d for _, d in med}):
         mine, ext3, f2fs = (med.get((fs, dev), {}) for fs in ("jbdfs", "ext3", "fuse2fs"))
-        rows = [[p, report.num(mine.get(p)), report.num(ext3.get(p)), report.num(f2fs.get(p)),
-                 report.ratio(mine.get(p), ext3.get(p)), report.ratio(mine.get(p), f2fs.get(p))]
+        rows = [[p, report.spread(mine.get(p)), report.spread(ext3.get(p)), report.spread(f2fs.get(p)),
+                 report.judged(mine.get(p), ext3.get(p)), report.judged(mine.get(p), f2fs.get(p))]
                 for p in PHASES]
-        print(f"\nSmall files, create/link/rename/delete (afdbench-like) on {dev}, files/s, best of the repeats:\n")
+        print(f"\nSmall files, create/link/rename/delete (afdbench-like) on {dev}, files/s, median (min–max) "
+              "of the rounds; ratios of medians [95% interval] verdict:\n")
         report.table(["phase", "jbdfs", "ext3", "fuse2fs", "jbdfs/ext3", "jbdfs/fuse2fs"], rows)
         if charts:
             report.bar_chart(os.path.join(charts, f"afd-{dev}.png"),
@@ -103,8 +105,11 @@ def main(argv):
     ap = common.parser(__doc__, "quick", "devices", "files", "repeat", "data", "opts", "charts", "out", "report")
     ap.add_argument("--procs", type=int, default=4)
     ap.add_argument("--dirs", type=int, default=4)
+    ap.set_defaults(repeat=None)
     a = ap.parse_args(argv)
+    a.repeat = a.repeat or (3 if a.quick else 5)
     # jbdfs on /dev/fuse, its name plain "jbdfs" (as before transports).
+    report_results_, sampler = common.with_machine(report_results, a)
     return targets.one_at_a_time_main(a, "afd", (500, 5000), ["ext3", "fuse2fs"],
-                                      lambda mnt: run(mnt, a.procs, a.files, a.dirs), report_results,
+                                      lambda mnt: run(mnt, a.procs, a.files, a.dirs), report_results_,
                                       transport="dev_fuse")

@@ -426,3 +426,20 @@ class LoadSampler:
 def load_sampler():
     """Start a LoadSampler (a 1 s look before, then every second)."""
     return LoadSampler().start()
+
+
+def with_machine(report_results, a):
+    """REPORT_RESULTS printing the machine's load (a LoadSampler started now)
+    and the method first; (function, sampler), the sampler None for --report."""
+    if a.report:
+        return report_results, None
+    sampler = load_sampler()
+    print(sampler.before_line(), flush=True)
+
+    def report_(results, charts=None):
+        sampler.stop()
+        print("\n" + "\n".join(sampler.lines()))
+        from . import stats
+        print(f"method: {stats.METHOD}")
+        report_results(results, charts)
+    return report_, sampler

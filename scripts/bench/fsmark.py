@@ -6,20 +6,25 @@ request, the ram image served over NBD: devices nbd and nbd-delay).
 
     bench fsmark [--quick] [--devices "ram disk array sata"]
         [--bdelay "0 yield 1 2 3 4 jbd2 auto"] [--threads "1 2 4 8 10 16 20"]
-        [--data "ordered"] [--repeat R] [--seconds S | --files N] [--no-refs]
+        [--data "ordered"] [--rounds R] [--seconds S | --files N] [--no-refs]
         [--floor] [--transport dev_fuse|io_uring|both] [--charts DIR] [--out FILE]
-    bench fsmark --report RESULTS.tsv [--charts DIR] [--stat max|median]
+    bench fsmark --report RESULTS.tsv [--charts DIR]
 
 Every setting of a device is mounted side by side (one jbdfs per bdelay
-value and transport, and the references), then for each thread count and
-repeat one fs_mark run on each in turn, so that the machine's load changes
-affect every setting alike; then each is unmounted and checked with
-e2fsck -fn. Each run creates about S seconds' worth of files (2; 0.5 with
---quick), sized from the setting's previous rate, but never more than a
-guess per device for the whole run (40,000 files on ram; it was 2,000, about
-0.1 s at 16 threads, in which ext3 runs far faster than in long runs);
---files N makes every run N files per thread instead (fs_mark's own default
-is 1,000).
+value and transport, and the references), then for each thread count one
+warm-up run on each (not recorded: it sizes the rounds) and R interleaved
+rounds (5; 3 with --quick; --repeat R is the old name), one fs_mark run on
+each setting in turn, the order rotated by one each round, so that the
+machine's load changes affect every setting alike; then each is unmounted
+and checked with e2fsck -fn. Each run creates about S seconds' worth of
+files (2; 0.5 with --quick), sized from the warm-up's rate, the same in every
+round, but never more than a guess per device for the whole run (40,000
+files on ram; it was 2,000, about 0.1 s at 16 threads, in which ext3 runs
+far faster than in long runs); --files N makes every run N files per thread
+instead (fs_mark's own default is 1,000). Every figure is the median
+(min–max) of the rounds, every ratio a ratio of medians with its bootstrap
+interval and verdict (stats.py); the machine's load before and during the
+run is sampled and printed, with a warning when other work used the CPUs.
 Prints Markdown tables:
 files/s in the layout of DESIGN.md's bdelay table, bdelay=auto against the
 best fixed setting, jbdfs against ext3, fuse2fs and the FUSE floor (--floor:
@@ -29,7 +34,8 @@ fsmark-DEVICE[-DATA].png (files/s against threads). --transport: jbdfs and
 the floor on /dev/fuse, on io_uring or both side by side (default both;
 io_uring only where enable_uring is Y). --out keeps the raw results, TSV:
 fs (jbdfs/TRANSPORT, floor/TRANSPORT, ext3, fuse2fs), device, data, bdelay,
-threads, files/s; RESULTS.stats beside it holds the journal statistics.
+threads, files/s; RESULTS.stats beside it holds the journal statistics,
+RESULTS.machine the load before and during the run.
 """
 import contextlib
 import os
@@ -51,17 +57,21 @@ def fs_name(fs):
     return f"{fs}/dev_fuse" if fs in ("jbdfs", "floor") else fs
 
 
-def load(path, stat):
-    """{(fs, device, data, bdelay): {threads: files/s}}, repeats combined by
-    stat: max (the default: on a shared machine other work only ever slows
-    a run down, so the best of R runs is the steadiest estimate) or median."""
+def load_runs(path):
+    """{(fs, device, data, bdelay): {threads: [files/s of each round]}}."""
     runs = defaultdict(lambda: defaultdict(list))
     with open(path) as f:
         for line in f:
             fs, dev, data, bdelay, threads, rate = line.rstrip("\n").split("\t")
             runs[(fs_name(fs), dev, data, bdelay)][int(threads)].append(float(rate))
+    return runs
+
+
+def load(path, stat):
+    """{(fs, device, data, bdelay): {threads: files/s}}, the rounds combined
+    by stat: max (best of the rounds) or median. The tables use load_runs."""
     return {k: {t: stats.combine(v, "median" if stat == "median" else "best") for t, v in d.items()}
-            for k, d in runs.items()}
+            for k, d in load_runs(path).items()}
 
 
 def transports(res, base, dev=None, data=None):
@@ -71,8 +81,19 @@ def transports(res, base, dev=None, data=None):
     return report.ordered(found, TRANSPORT_ORDER)
 
 
+def med(values):
+    return stats.median(values) if values else None
+
+
+def best_of(settings, t):
+    """(bdelay, runs) of the setting with the highest median at T threads, of {bdelay: {threads: runs}}."""
+    cands = [(b, r[t]) for b, r in settings.items() if r.get(t)]
+    return max(cands, key=lambda x: stats.median(x[1])) if cands else ("–", None)
+
+
 def design_table(res, data):
-    """Rows 'device transport bdelay', columns threads, as in DESIGN.md."""
+    """Rows 'device transport bdelay', columns threads, as in DESIGN.md:
+    each cell the median files/s (min–max) of the rounds."""
     keys = [k for k in res if k[0].startswith("jbdfs/") and k[2] == data]
     threads = sorted({t for k in keys for t in res[k]})
     rows = []
@@ -80,12 +101,14 @@ def design_table(res, data):
         for tr in transports(res, "jbdfs", dev, data):
             for b in report.ordered({k[3] for k in keys if k[1] == dev and k[0] == f"jbdfs/{tr}"}, BDELAY_ORDER):
                 r = res[(f"jbdfs/{tr}", dev, data, b)]
-                rows.append([dev, tr, b] + [report.num(r.get(t)) for t in threads])
+                rows.append([dev, tr, b] + [report.spread(r.get(t)) for t in threads])
     report.table(["device", "transport", "bdelay"] + [str(t) for t in threads], rows)
 
 
 def auto_table(res, data):
-    """bdelay=auto against the best fixed setting at each thread count."""
+    """bdelay=auto against the best fixed setting at each thread count (the
+    fixed setting with the highest median: choosing the best of several
+    favours it a little), with the verdict."""
     rows = []
     for dev in report.ordered({k[1] for k in res if k[0].startswith("jbdfs/") and k[2] == data}, DEVICE_ORDER):
         for tr in transports(res, "jbdfs", dev, data):
@@ -95,13 +118,36 @@ def auto_table(res, data):
             if not auto or not fixed:
                 continue
             for t in sorted(auto):
-                best_b, best = max(((b, r[t]) for b, r in fixed.items() if t in r), key=lambda x: x[1])
-                rows.append([dev, tr, str(t), report.num(auto[t]),
-                             f"{report.num(best)} (bdelay={best_b})", report.ratio(auto[t], best)])
+                best_b, best = best_of(fixed, t)
+                rows.append([dev, tr, str(t), report.spread(auto[t]),
+                             f"{report.spread(best)} (bdelay={best_b})", report.judged(auto[t], best)])
     if rows:
-        print(f"\nbdelay=auto against the best fixed bdelay (0, yield, 1-4), data={data}:\n")
+        print(f"\nbdelay=auto against the best fixed bdelay (0, yield, 1-4), data={data}, files/s, "
+              "median (min–max) of the rounds; auto/best: ratio of medians [95% interval] verdict:\n")
         report.table(["device", "transport", "threads", "auto files/s", "best fixed files/s",
-                           "auto/best"], rows)
+                      "auto/best"], rows)
+
+
+def questions_table(res, data):
+    """The seeds' two questions, where the run has their settings: does
+    bdelay=1 collapse on ram at 2+ threads (bdelay=1 against bdelay=0), and
+    does batching help on sata (bdelay=1 and auto against bdelay=0)."""
+    rows = []
+    for tr in transports(res, "jbdfs", None, data):
+        fs = f"jbdfs/{tr}"
+        for dev, what in (("ram", ["1"]), ("sata", ["1", "auto"])):
+            zero = res.get((fs, dev, data, "0"))
+            for b in what:
+                other = res.get((fs, dev, data, b))
+                if not zero or not other:
+                    continue
+                for t in sorted(t for t in other if t in zero and (dev == "sata" or t >= 2)):
+                    rows.append([dev, tr, str(t), f"bdelay={b} / bdelay=0", report.spread(other[t]),
+                                 report.spread(zero[t]), report.judged(other[t], zero[t])])
+    if rows:
+        print(f"\nThe seeds' questions, data={data}: does bdelay=1 collapse on ram at 2+ threads; does "
+              "batching help on sata (files/s, median (min–max); ratio [95% interval] verdict):\n")
+        report.table(["device", "transport", "threads", "comparison", "batched", "bdelay=0", "ratio"], rows)
 
 
 def reference_table(res, data):
@@ -109,7 +155,7 @@ def reference_table(res, data):
     setting) against ext3 and fuse2fs, and the FUSE floor (fuser answering
     from memory) on each transport where it was run."""
     for dev in report.ordered({k[1] for k in res if not k[0].startswith("jbdfs/") and k[2] == data},
-                       DEVICE_ORDER):
+                              DEVICE_ORDER):
         refs = {r: res.get((r, dev, data, "-"), {}) for r in ("ext3", "fuse2fs")}
         refs = {r: v for r, v in refs.items() if v}
         ext3 = refs.get("ext3", {})
@@ -143,27 +189,27 @@ def reference_table(res, data):
         for t in threads:
             row = [str(t)]
             for tr, bs in mine.items():
-                row.append(report.num(shown[tr].get(t)))
+                row.append(report.spread(shown[tr].get(t)))
                 if len(bs) > 1:
-                    cands = [(b, r[t]) for b, r in bs.items() if t in r]
-                    best_b, best = max(cands, key=lambda x: x[1]) if cands else ("–", None)
-                    row.append(f"{report.num(best)} ({best_b})")
-            row += [report.num(v.get(t)) for v in refs.values()]
-            row += [report.ratio(shown[tr].get(t), v.get(t)) for tr in mine for v in refs.values()]
+                    best_b, best = best_of(bs, t)
+                    row.append(f"{report.spread(best)} ({best_b})")
+            row += [report.spread(v.get(t)) for v in refs.values()]
+            row += [report.judged(shown[tr].get(t), v.get(t)) for tr in mine for v in refs.values()]
             if len(mine) > 1:
-                row.append(report.ratio(shown.get("io_uring", {}).get(t), shown.get("dev_fuse", {}).get(t)))
-            row += [report.num(v.get(t)) for v in floors.values()]
+                row.append(report.judged(shown.get("io_uring", {}).get(t), shown.get("dev_fuse", {}).get(t)))
+            row += [report.spread(v.get(t)) for v in floors.values()]
             for tr, fl in floors.items():
                 if tr in mine:
-                    row.append(report.ratio(shown[tr].get(t), fl.get(t)))
+                    row.append(report.judged(shown[tr].get(t), fl.get(t)))
                 if ext3:
-                    row.append(report.ratio(ext3.get(t), fl.get(t)))
+                    row.append(report.judged(ext3.get(t), fl.get(t)))
             if len(floors) > 1:
-                row.append(report.ratio(floors.get("io_uring", {}).get(t), floors.get("dev_fuse", {}).get(t)))
+                row.append(report.judged(floors.get("io_uring", {}).get(t), floors.get("dev_fuse", {}).get(t)))
             rows.append(row)
         which = ", ".join(f"jbdfs/{tr} bdelay={b}" for tr, b in chosen.items())
         print(f"\nfs_mark on {dev}, data={data}: jbdfs on each transport against Linux ext3 (loop)"
-              f" and the references, files/s ({which}):\n")
+              f" and the references, files/s, median (min–max) ({which}); ratios of medians "
+              "[95% interval] verdict:\n")
         report.table(head, rows)
 
 
@@ -226,6 +272,26 @@ def files_per_thread(dev, threads, seconds, last_rate=None):
     if last_rate is not None:
         total = int(min(last_rate * seconds, total))
     return max(total // threads, least)
+
+
+def pilot(base, dev, threads, seconds, log, name):
+    """Warm-up runs, not recorded: from the least files per thread, four
+    times more until a run lasts SECONDS/4; the files per thread for about
+    SECONDS (files_per_thread). fs_mark on a cold mount is slow for its
+    first files, and a setting that collapses must not be sized from
+    another's rate."""
+    least = GUESS[dev][1]
+    cap = GUESS[dev][0] // threads
+    n = least
+    for _ in range(5):
+        rate = run_fsmark(base, threads, n, log)
+        subprocess.run(["rm", "-rf", base])
+        if rate is None:
+            die(f"fs_mark failed on {name} ({dev})")
+        if n * threads / float(rate) >= seconds / 4 or n >= cap:
+            break
+        n = min(n * 4, cap)
+    return files_per_thread(dev, threads, seconds, float(rate))
 
 
 def run_fsmark(base, threads, n, log):
@@ -298,21 +364,29 @@ def one_device(a, data, dev, refs, transports, emit, stats_out, log, bad_transpo
         with contextlib.ExitStack() as mounts:
             for t in ts:
                 mounts.enter_context(t.mount())
-            run, last = 0, {}
+            run = 0
             for threads in [int(x) for x in a.threads.split()]:
-                for _ in range(a.repeat):
+                # A warm-up run on each, not recorded, which also sizes
+                # every round of this thread count alike (the same files
+                # per thread in each round, so that the rounds compare).
+                size = {}
+                for t in ts:
                     run += 1
-                    for t in ts:
-                        n = a.files or files_per_thread(dev, threads, a.seconds, last.get(id(t)))
+                    size[id(t)] = a.files or pilot(f"{t.mnt}/r{run}", dev, threads, a.seconds, log, t.name)
+                for rnd in range(a.rounds):
+                    # Interleaved rounds, A B C, B C A, ...: each setting
+                    # meets the machine's changes alike, and none is always first.
+                    k = rnd % len(ts)
+                    for t in ts[k:] + ts[:k]:
+                        run += 1
                         # Short: fs_mark 3.3 overflows a name buffer (and
                         # aborts) once a directory path reaches about 39
                         # characters; the mount point takes 29.
                         base = f"{t.mnt}/r{run}"
-                        rate = run_fsmark(base, threads, n, log)
+                        rate = run_fsmark(base, threads, size[id(t)], log)
                         if rate is None:
                             die(f"fs_mark failed on {t.name} ({dev})")
                         subprocess.run(["rm", "-rf", base])
-                        last[id(t)] = float(rate)
                         emit(t.name, dev, data, t.bdelay, threads, rate)
         for t in ts:
             t.fsck(f"{t.name} on {dev}, data={data}, bdelay={t.bdelay}")
@@ -333,12 +407,22 @@ def journal_report(t, dev, data, stats_out, bad_transport):
 
 
 def print_report(results, stat="max", charts=None):
-    res = load(results, stat)
+    """The tables of RESULTS (every figure the median and min–max of its
+    rounds; STAT is no longer used: kept for the callers)."""
+    res = load_runs(results)
+    machine = results + ".machine"
+    if os.path.exists(machine):
+        with open(machine) as f:
+            print("\n" + f.read().rstrip())
+    print(f"\nmethod: {stats.METHOD}")
     for data in report.ordered({k[2] for k in res}, ["ordered", "writeback", "journal"]):
-        print(f"\nfs_mark, 4 KiB files, fsync before close, data={data}, files/s "
-              f"({'best' if stat == 'max' else 'median'} of the repeats):\n")
+        n = sorted({len(v) for d in res.values() for v in d.values()})
+        rounds = f"{n[0]}" if len(n) == 1 else f"{n[0]}-{n[-1]}"
+        print(f"\nfs_mark, 4 KiB files, fsync before close, data={data}, files/s, median (min–max) "
+              f"of {rounds} interleaved rounds:\n")
         design_table(res, data)
         auto_table(res, data)
+        questions_table(res, data)
         reference_table(res, data)
         stats_table(results + ".stats", data)
     if charts:
@@ -354,7 +438,9 @@ def main(argv):
     ap.add_argument("--no-refs", action="store_true")
     ap.add_argument("--floor", action="store_true")
     ap.add_argument("--transport")
-    ap.add_argument("--stat", choices=["max", "median"], default="max")
+    ap.add_argument("--stat", choices=["max", "median"], default="max",
+                    help="ignored: the tables give the median (min–max) of the rounds")
+    ap.add_argument("--rounds", type=int, help="interleaved rounds (default 3 with --quick, else 5)")
     a = ap.parse_args(argv)
     if a.report:
         print_report(a.report, a.stat, a.charts)
@@ -365,6 +451,8 @@ def main(argv):
     a.bdelay = a.bdelay or ("0 1 auto" if q else "0 yield 1 2 3 4 jbd2 auto")
     a.threads = a.threads or ("1 4" if q else "1 2 4 8 10 16 20")
     a.seconds = a.seconds if a.seconds is not None else (0.5 if q else 2)
+    # --repeat R: the old name of --rounds.
+    a.rounds = a.rounds or (a.repeat if a.repeat > 1 else (3 if q else 5))
     refs = ([] if a.no_refs else ["ext3", "fuse2fs"]) + (["floor"] if a.floor else [])
     common.need_root("fs_mark on FUSE and loop mounts")
     common.need("fs_mark", "scripts/deps.sh installs fsmark")
@@ -373,12 +461,20 @@ def main(argv):
     common.build(floor=a.floor)
     results, log = common.results_files("fsmark", a.out)
     open(results + ".stats", "w").close()
-    common.header("fs_mark: 4 KiB files, fsync before close (bench-fsmark.sh)", transports)
+    sampler = common.load_sampler()
+    common.header("fs_mark: 4 KiB files, fsync before close (bench-fsmark.sh)", transports, sampler)
+    print(f"rounds: {a.rounds} interleaved, about {a.seconds:g} s of files each, after a warm-up run "
+          "that is not counted", flush=True)
     emit = common.tsv_sink(results)
     bad_transport = []
-    for data in a.data.split():
-        for dev in a.devices.split():
-            one_device(a, data, dev, refs, transports, emit, results + ".stats", log, bad_transport)
+    try:
+        for data in a.data.split():
+            for dev in a.devices.split():
+                one_device(a, data, dev, refs, transports, emit, results + ".stats", log, bad_transport)
+    finally:
+        sampler.stop()
+        with open(results + ".machine", "w") as f:
+            f.write("\n".join(sampler.lines()) + "\n")
     print_report(results, a.stat, a.charts)
     if bad_transport:
         print("\nNot served over the transport they are labelled with (their figures above are wrong):")

@@ -116,6 +116,8 @@ def steps_over_group_metadata(end, start, per_group, first_data):
 
 
 def print_report(results, read_mib=None, write_sizes=None, rounds=None):
+    """The tables: every figure the median (min–max) of the rounds, every
+    ratio a ratio of medians with its bootstrap interval and verdict."""
     runs = defaultdict(list)
     backings = []
     with open(results) as f:
@@ -125,27 +127,35 @@ def print_report(results, read_mib=None, write_sizes=None, rounds=None):
                 backings.append(backing)
             if mbs:
                 runs[(fs, backing, test, mode)].append(float(mbs))
-    med = {k: stats.median(v) for k, v in runs.items()}
-    found = {k[0].split("/", 1)[1] for k in med if k[0].startswith("jbdfs/")}
+    found = {k[0].split("/", 1)[1] for k in runs if k[0].startswith("jbdfs/")}
     trs = sorted(found, key=lambda t: (TRANSPORT_ORDER + [t]).index(t))
     both = "dev_fuse" in trs and "io_uring" in trs
     nbd = "nbd" in backings
-    of = f"median of {rounds} rounds" if rounds else "median of the rounds"
+    of = f"median (min–max) of {rounds} rounds" if rounds else "median (min–max) of the rounds"
+    machine = results + ".machine"
+    if os.path.exists(machine):
+        with open(machine) as f:
+            print("\n" + f.read().rstrip())
+    print(f"\nmethod: {stats.METHOD}")
 
-    def fig(v):
-        return report.num(v, 1)
+    def fig(k):
+        return report.spread(runs.get(k), 1)
+
+    def rat(k1, k2):
+        return report.judged(runs.get(k1), runs.get(k2))
 
     def label(b):
         return BACKING_LABEL.get(b, b)
 
-    def over_local(v, b, fs, test, mode):
-        """v against the same jbdfs run on the local file, for nbd rows."""
+    def over_local(b, fs, test, mode):
+        """The same jbdfs run on the local file, for nbd rows."""
         if b not in LOCAL_OF:
             return "–"
-        return report.ratio(v, med.get((fs, LOCAL_OF[b], test, mode)))
+        return rat((fs, b, test, mode), (fs, LOCAL_OF[b], test, mode))
 
     print(f"\nSequential read{f', {read_mib} MiB' if read_mib else ''}, dd bs=4k, "
-          f"cold cache (MB/s, {of}):\n")
+          f"cold (every filesystem unmounted, caches dropped, mounted again; loop devices "
+          f"flushed) (MB/s, {of}):\n")
     head = ["backing", "jbdfs", "multiblock", "max_map=1", "raw", "Linux ext3", "XFS",
             "multi/single", "multi/raw", "multi/ext3", "multi/XFS"]
     if both:
@@ -154,18 +164,15 @@ def print_report(results, read_mib=None, write_sizes=None, rounds=None):
         head.append("multi NBD/local")
     rows = []
     for b in backings:
-        raw, ext3, xfs = (med.get((r, b, "read", "-")) for r in ("raw", "ext3", "xfs"))
+        raw, ext3, xfs = ((r, b, "read", "-") for r in ("raw", "ext3", "xfs"))
         for t in trs:
-            multi = med.get((f"jbdfs/{t}", b, "read", "multi"))
-            single = med.get((f"jbdfs/{t}", b, "read", "single"))
+            multi, single = (f"jbdfs/{t}", b, "read", "multi"), (f"jbdfs/{t}", b, "read", "single")
             row = [label(b), f"jbdfs/{t}", fig(multi), fig(single), fig(raw), fig(ext3), fig(xfs),
-                   report.ratio(multi, single), report.ratio(multi, raw),
-                   report.ratio(multi, ext3), report.ratio(multi, xfs)]
+                   rat(multi, single), rat(multi, raw), rat(multi, ext3), rat(multi, xfs)]
             if both:
-                row.append(report.ratio(multi, med.get(("jbdfs/dev_fuse", b, "read", "multi")))
-                           if t == "io_uring" else "–")
+                row.append(rat(multi, ("jbdfs/dev_fuse", b, "read", "multi")) if t == "io_uring" else "–")
             if nbd:
-                row.append(over_local(multi, b, f"jbdfs/{t}", "read", "multi"))
+                row.append(over_local(b, f"jbdfs/{t}", "read", "multi"))
             rows.append(row)
     report.table(head, rows)
 
@@ -180,21 +187,19 @@ def print_report(results, read_mib=None, write_sizes=None, rounds=None):
         head.append("NBD/local")
     rows = []
     for b in backings:
-        raw, xfs = med.get(("raw", b, "write", "-")), med.get(("xfs", b, "write", "-"))
+        raw, xfs = ("raw", b, "write", "-"), ("xfs", b, "write", "-")
         for m in MODES:
-            ext3 = med.get(("ext3", b, "write", m))
+            ext3 = ("ext3", b, "write", m)
             for t in trs:
-                mine = med.get((f"jbdfs/{t}", b, "write", m))
-                if mine is None and ext3 is None:
+                mine = (f"jbdfs/{t}", b, "write", m)
+                if mine not in runs and ext3 not in runs:
                     continue
                 row = [label(b), m, f"jbdfs/{t}", fig(mine), fig(ext3), fig(xfs), fig(raw),
-                       report.ratio(mine, raw), report.ratio(mine, ext3),
-                       report.ratio(mine, xfs)]
+                       rat(mine, raw), rat(mine, ext3), rat(mine, xfs)]
                 if both:
-                    row.append(report.ratio(mine, med.get(("jbdfs/dev_fuse", b, "write", m)))
-                               if t == "io_uring" else "–")
+                    row.append(rat(mine, ("jbdfs/dev_fuse", b, "write", m)) if t == "io_uring" else "–")
                 if nbd:
-                    row.append(over_local(mine, b, f"jbdfs/{t}", "write", m))
+                    row.append(over_local(b, f"jbdfs/{t}", "write", m))
                 rows.append(row)
     report.table(head, rows)
 

@@ -2,8 +2,9 @@
 """Source tree, compilebench-like (BENCHMARKS.md section 4): the phases
 below on jbdfs and on Linux ext3 (loop), in one run, on a ramdisk image and
 a disk image, each on a fresh image checked with e2fsck -fn after its run.
-Prints seconds per phase (the best of the repeats) with the ratio
-jbdfs/ext3.
+Prints seconds per phase (the median (min–max) of R interleaved rounds:
+5, 3 with --quick; --repeat R) with the ratio jbdfs/ext3 and its verdict
+(stats.py).
 
     bench tree [--quick] [--devices "ram disk"] [--files N] [--repeat R]
         [--data MODE] [--opts JBDFS_OPTS] [--floor]
@@ -165,20 +166,22 @@ def report_results(results, charts=None):
         for line in f:
             fs, dev, phase, secs, mib = line.rstrip("\n").split("\t")
             res[(fs_name(fs), dev)][phase].append((float(secs), float(mib)))
-    # The best (fastest) of the repeats: on a shared machine other work only
-    # ever slows a phase down.
-    med = {k: {p: stats.best(v, higher_is_better=False) for p, v in d.items()} for k, d in res.items()}
+    # Every figure the median (min–max) of the rounds (interleaved: each
+    # round runs every filesystem in turn), every ratio with its verdict.
+    med = {k: {p: v for p, v in d.items()} for k, d in res.items()}
 
     def on(base, dev):
-        """{transport: {phase: (s, MiB)}} for jbdfs or floor on dev, in order."""
+        """{transport: {phase: [(s, MiB)]}} for jbdfs or floor on dev, in order."""
         found = {fs.split("/", 1)[1]: d for (fs, d2), d in med.items() if fs.startswith(base + "/") and d2 == dev}
         return {t: found[t] for t in sorted(found, key=lambda t: (TRANSPORT_ORDER + [t]).index(t))}
 
     for dev in sorted({d for _, d in med}):
         mine, ext3, floors = on("jbdfs", dev), med.get(("ext3", dev), {}), on("floor", dev)
-        secs = lambda r: f"{r[0]:.2f}" if r else "–"  # noqa: E731
-        rate = lambda r: f"{r[1] / r[0]:.1f}" if r and r[1] and r[0] > 0 else "–"  # noqa: E731
-        first = lambda r: r[0] if r else None  # noqa: E731
+        secs = lambda r: report.spread([x[0] for x in r], 2) if r else "–"  # noqa: E731
+        rate = lambda r: (f"{stats.median([x[1] for x in r]) / stats.median([x[0] for x in r]):.1f}"  # noqa: E731
+                          if r and r[0][1] and stats.median([x[0] for x in r]) > 0 else "–")
+        first = lambda r: [x[0] for x in r] if r else None  # noqa: E731
+        cmp = lambda a, b: report.judged(a, b, higher_is_better=False)  # noqa: E731
         both = len(mine) > 1 and "io_uring" in mine and "dev_fuse" in mine
         both_floor = len(floors) > 1 and "io_uring" in floors and "dev_fuse" in floors
         head = ["phase"]
@@ -195,36 +198,40 @@ def report_results(results, charts=None):
             head.append("floor io_uring/dev_fuse")
 
         def row(label, get, value, show_rate):
-            """get(series) -> (s, MiB) or None; value(r) -> seconds or None."""
+            """get(series) -> [(s, MiB)] or None; value(r) -> the cell."""
             out = [label]
             for t in mine:
                 out += [value(get(mine[t])), rate(get(mine[t])) if show_rate else ""]
             out += [value(get(ext3)), rate(get(ext3)) if show_rate else ""]
-            out += [report.ratio(first(get(mine[t])), first(get(ext3))) for t in mine]
+            out += [cmp(first(get(mine[t])), first(get(ext3))) for t in mine]
             if both:
-                out.append(report.ratio(first(get(mine["io_uring"])), first(get(mine["dev_fuse"]))))
+                out.append(cmp(first(get(mine["io_uring"])), first(get(mine["dev_fuse"]))))
             for t in floors:
-                out += [value(get(floors[t])), report.ratio(first(get(floors[t])), first(get(ext3)))]
+                out += [value(get(floors[t])), cmp(first(get(floors[t])), first(get(ext3)))]
                 if t in mine:
-                    out.append(report.ratio(first(get(mine[t])), first(get(floors[t]))))
+                    out.append(cmp(first(get(mine[t])), first(get(floors[t]))))
             if both_floor:
-                out.append(report.ratio(first(get(floors["io_uring"])), first(get(floors["dev_fuse"]))))
+                out.append(cmp(first(get(floors["io_uring"])), first(get(floors["dev_fuse"]))))
             return out
 
         rows = [row(p, lambda d, p=p: d.get(p), secs, True) for p in PHASES]
 
         def total(d):
-            return (sum(d[p][0] for p in PHASES if p in d), 0) if d else None
+            """The total of each round (the rounds of every phase in order)."""
+            if not d:
+                return None
+            n = min(len(d[p]) for p in PHASES if p in d)
+            return [(sum(d[p][i][0] for p in PHASES if p in d), 0) for i in range(n)]
 
         rows.append(row("total", total, secs, False))
-        print(f"\nSource tree (compilebench-like) on {dev}: seconds per phase, best of the repeats "
-              "(lower is better), "
-              f"MiB/s where data moves; ratios are of times (jbdfs/TRANSPORT time / ext3 time):\n")
+        print(f"\nSource tree (compilebench-like) on {dev}: seconds per phase, median (min–max) of the "
+              "rounds (lower is better), MiB/s of the medians where data moves; ratios are of median "
+              "times (jbdfs/TRANSPORT time / ext3 time) [95% interval] verdict:\n")
         report.table(head, rows)
         if charts:
-            bars = [(f"jbdfs/{t}", [d.get(p, (None,))[0] for p in PHASES]) for t, d in mine.items()]
-            bars.append(("Linux ext3", [ext3.get(p, (None,))[0] for p in PHASES]))
-            bars += [(f"FUSE floor/{t} (no storage)", [d.get(p, (None,))[0] for p in PHASES])
+            bars = [(f"jbdfs/{t}", [first(d.get(p)) for p in PHASES]) for t, d in mine.items()]
+            bars.append(("Linux ext3", [first(ext3.get(p)) for p in PHASES]))
+            bars += [(f"FUSE floor/{t} (no storage)", [first(d.get(p)) for p in PHASES])
                      for t, d in floors.items()]
             report.bar_chart(os.path.join(charts, f"tree-{dev}.png"),
                              f"compilebench-like phases on {dev} (seconds, lower is better)",
@@ -236,9 +243,12 @@ def main(argv):
     ap.add_argument("--floor", action="store_true")
     ap.add_argument("--transport")
     ap.add_argument("--seed", type=int, default=2008)
+    ap.set_defaults(repeat=None)
     a = ap.parse_args(argv)
+    a.repeat = a.repeat or (3 if a.quick else 5)
     # The transports: a --transport (or "both") for jbdfs and the floor.
+    report_results_, sampler = common.with_machine(report_results, a)
     return targets.one_at_a_time_main(a, "tree", (500, 3000), ["ext3"] + (["floor"] if a.floor else []),
-                                      lambda mnt: run(mnt, a.files, a.seed), report_results,
+                                      lambda mnt: run(mnt, a.files, a.seed), report_results_,
                                       transports=a.transport or "both", floor=a.floor,
                                       title="source tree, compilebench-like (bench-tree.sh)")
