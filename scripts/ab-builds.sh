@@ -15,8 +15,9 @@
 #   - scripts/bench-seqio.sh --quick: cold 4 KiB reads, multiblock and
 #     max_map=1, and dd bs=1M conv=fsync writes in each data mode (MB/s).
 # Every image is checked with e2fsck -fn by those scripts. R defaults to 3.
-# Prints one Markdown table: the median of each figure for each build, and
-# each later build's median over the first's.
+# Prints one Markdown table: the median (min-max) of each figure for each
+# build, and each later build's median over the first's with its bootstrap
+# interval and verdict (scripts/bench/stats.py).
 set -euo pipefail
 # shellcheck source=scripts/lib.sh
 . "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
@@ -84,21 +85,22 @@ done
 
 labels=()
 for b in "${builds[@]}"; do labels+=("${b%%=*}"); done
-section "before and after ($(date -u +%F), $rounds rounds, medians)"
+section "before and after ($(date -u +%F), $rounds rounds, medians (min-max), verdicts)"
 PYTHONPATH="$JBDFS_ROOT/scripts" python3 - "$results" "${labels[@]}" <<'EOF'
 import sys
 
-from bench.report import num, ratio, table
-from bench.stats import median
+from bench.report import judged, spread, table
+from bench.stats import METHOD
 
 path, labels = sys.argv[1], sys.argv[2:]
 runs = {}
 for line in open(path):
     label, _round, figure, value = line.rstrip("\n").split("\t")
     runs.setdefault(figure, {}).setdefault(label, []).append(float(value))
+print(f"method: every figure the median (min–max) of the rounds; {METHOD}\n")
 rows = []
 for figure, by_label in runs.items():
-    meds = [median(by_label[l]) if l in by_label else None for l in labels]
-    rows.append([figure] + [num(m) for m in meds] + [ratio(m, meds[0]) for m in meds[1:]])
+    got = [by_label.get(l) for l in labels]
+    rows.append([figure] + [spread(g) for g in got] + [judged(g, got[0]) for g in got[1:]])
 table(["figure"] + labels + [f"{l}/{labels[0]}" for l in labels[1:]], rows)
 EOF

@@ -7,6 +7,8 @@
 # non-zero exit status:
 #   1. scripts/deps.sh        system packages and Rust components
 #   2. cargo fmt --check      formatting
+#      the benchmarks' statistics  python3 -m unittest bench.test_stats: the
+#                             verdicts on synthetic samples (under a second)
 #   3. cargo clippy           lints, warnings are errors
 #   4. cargo test --release   every test in the workspace (release: making
 #                             multi-GiB images and the FUSE tests are slow in
@@ -106,6 +108,7 @@ uring_on() {
 
 step scripts/deps.sh
 step cargo fmt --all -- --check
+step env PYTHONPATH="$JBDFS_ROOT/scripts" python3 -m unittest -q bench.test_stats
 step cargo clippy --workspace --all-targets -- -D warnings
 step env JBDFS_REQUIRE_ORACLES=1 JBDFS_TEST_TRANSPORT=dev_fuse cargo test --workspace --release
 section "the io_uring pass"

@@ -5,7 +5,8 @@ ext3 on a loop device, in one run.
     bench data-modes [--dir DIR] [--runs N]
 
   --dir DIR   where the images go (default /dev/shm: a ramdisk)
-  --runs N    runs per configuration; the table shows the median run (default 3)
+  --runs N    interleaved rounds; the table shows the median (min–max) and the
+              latencies of the median run (default 5)
 
 For each of Linux ext3 and jbdfs, in data=ordered, writeback and journal: a
 new 2 GiB image (mkfs-jbdfs), mount, run the workload, unmount, e2fsck -fn.
@@ -21,7 +22,7 @@ import tempfile
 import threading
 import time
 
-from . import common, stats, targets
+from . import common, report, stats, targets
 from .common import info
 
 MODES = ("ordered", "writeback", "journal")
@@ -66,28 +67,36 @@ def fsync_vs_bulk(mnt):
 def main(argv):
     ap = common.parser(__doc__)
     ap.add_argument("--dir", default="/dev/shm")
-    ap.add_argument("--runs", type=int, default=3)
+    ap.add_argument("--runs", type=int, default=5)
     a = ap.parse_args(argv)
     common.need_root()
     common.on_signals()
     common.build()
     log = tempfile.mkstemp(prefix="bench-data-modes.", suffix=".log", dir=os.environ.get("TMPDIR", "/tmp"))[1]
-    result = {}
-    for fs in ("ext3", "jbdfs"):
+    result, runs = {}, {}
+    sampler = common.load_sampler()
+    # Interleaved: each round runs every filesystem and mode in turn.
+    for rnd in range(1, a.runs + 1):
         for mode in MODES:
-            info(f"{'Linux ext3' if fs == 'ext3' else 'jbdfs'} data={mode}")
-            runs = []
-            for _ in range(a.runs):
+            for fs in ("ext3", "jbdfs"):
+                info(f"round {rnd}: {'Linux ext3' if fs == 'ext3' else 'jbdfs'} data={mode}")
                 t = targets.make(fs, "ram", data=mode, log=log, workdir_=a.dir)
                 t.mkfs = "mkfs-jbdfs"
                 with t:
-                    runs.append(fsync_vs_bulk(t.mnt))
-            result[(fs, mode)] = stats.median_run(runs, key=lambda r: float(r[0]))
-    print(f"\nfsync'd 4 KiB creates beside a bulk writer, images in {a.dir}, median of {a.runs} runs\n")
+                    runs.setdefault((fs, mode), []).append(fsync_vs_bulk(t.mnt))
+    for k, v in runs.items():
+        result[k] = stats.median_run(v, key=lambda r: float(r[0]))
+    sampler.stop()
+    print("\n" + "\n".join(sampler.lines()))
+    print(f"method: {stats.METHOD}")
+    print(f"\nfsync'd 4 KiB creates beside a bulk writer, images in {a.dir}, {a.runs} interleaved rounds: "
+          "fsyncs/s median (min–max), latencies of the median run\n")
     print("| data= | ext3 fsyncs/s | ext3 median / p90 ms | jbdfs fsyncs/s | jbdfs median / p90 ms | jbdfs / ext3 |")
     print("|---|---:|---:|---:|---:|---:|")
     for mode in MODES:
-        jf, jm, jp = result[("jbdfs", mode)]
-        ef, em, ep = result[("ext3", mode)]
-        print(f"| {mode} | {ef} | {em} / {ep} | {jf} | {jm} / {jp} | {float(jf) / float(ef):.2f} |")
+        _, jm, jp = result[("jbdfs", mode)]
+        _, em, ep = result[("ext3", mode)]
+        jr, er = ([float(r[0]) for r in runs[(fs, mode)]] for fs in ("jbdfs", "ext3"))
+        print(f"| {mode} | {report.spread(er)} | {em} / {ep} | {report.spread(jr)} | {jm} / {jp} | "
+              f"{report.judged(jr, er)} |")
     return 0 if targets.fsck_summary() else 1

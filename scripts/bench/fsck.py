@@ -19,7 +19,7 @@ import shutil
 import subprocess
 import time
 
-from . import common, stats, targets
+from . import common, report, stats, targets
 from .common import die, section
 
 
@@ -90,8 +90,11 @@ def main(argv):
         j.append(seconds(fsck, "-fn", img))
         print(f"run {r}: e2fsck -fn {e[-1][0]:.3f} wall {e[-1][1]:.3f} cpu   "
               f"fsck-jbdfs -fn {j[-1][0]:.3f} wall {j[-1][1]:.3f} cpu", flush=True)
+    print(f"\nmethod: {stats.METHOD}")
     for i, what in ((0, "wall:"), (1, "cpu: ")):
-        me, mj = stats.median([x[i] for x in e]), stats.median([x[i] for x in j])
-        print(("\n" if i == 0 else "") + f"median {what} e2fsck -fn {me:.3f} s, fsck-jbdfs -fn {mj:.3f} s, "
-              f"ratio e2fsck/fsck-jbdfs {me / mj:.2f}")
+        ve, vj = [x[i] for x in e], [x[i] for x in j]
+        me, mj = stats.median(ve), stats.median(vj)
+        print(f"median {what} e2fsck -fn {report.spread(ve, 3)} s, fsck-jbdfs -fn {report.spread(vj, 3)} s, "
+              f"ratio e2fsck/fsck-jbdfs {me / mj:.2f}; fsck-jbdfs against e2fsck: "
+              f"{report.judged(vj, ve, higher_is_better=False)}")
     return 0

@@ -7,15 +7,20 @@ images of the same size) on the same backing:
      512 MiB, each `dd bs=1M conv=fsync`, in data=ordered, writeback and
      journal (XFS and raw have no data modes: one figure for all); MB/s
      over all the files of a mode.
-  3. sequential read, cold cache: a 1 GiB file read with `dd bs=4k` after
-     unmounting and remounting and `echo 3 > /proc/sys/vm/drop_caches`,
-     with multiblock mapping and with -o max_map=1.
+  3. sequential read, cold cache: a 1 GiB file read with `dd bs=4k` on a
+     fresh mount, every filesystem the same way (cold()): sync and
+     `echo 3 > /proc/sys/vm/drop_caches` before mounting and again after,
+     and for a loop device `blockdev --flushbufs`; fincore's count of the
+     file's pages in the page cache just before each read is kept
+     (RESULTS.cold) and checked in the report. With multiblock mapping and
+     with -o max_map=1 for jbdfs.
 
 Each round measures every filesystem in turn (reads: raw, jbdfs on each
 transport with multiblock and max_map=1, ext3, XFS; writes: raw, XFS, then
 for each data mode jbdfs on each transport and ext3; with nbd, each jbdfs
 run on the ramdisk's file is followed by the same run over NBD); the tables
-give the median of the rounds (3; 1 with --quick), with ratios, and the
+give the median (min–max) of the rounds (5; 3 with --quick), ratios with
+their verdicts (stats.py), with ratios, and the
 daemon's peak memory (VmHWM) against cache_size (JBDFS_CACHE_SIZE, 64M).
 
     bench seqio [--quick] [--only "ramdisk disk nbd"] [--rounds R]
@@ -23,7 +28,7 @@ daemon's peak memory (VmHWM) against cache_size (JBDFS_CACHE_SIZE, 64M).
     bench seqio --layout [--quick]
     bench seqio --report RESULTS.tsv [--read-mib N] [--write-sizes "7 13 64"] [--rounds R]
 
---quick: 256 MiB read file, 7+13+64 MiB writes, one round. --out keeps the
+--quick: 256 MiB read file, 7+13+64 MiB writes, three rounds. --out keeps the
 raw results (TSV: fs, backing, read|write, mode, round, MB/s; fs is raw,
 ext3, xfs or jbdfs/TRANSPORT; backing is ramdisk, disk or nbd). --only: the
 backings measured (default "ramdisk disk"); nbd adds jbdfs rows to the
@@ -153,6 +158,18 @@ def print_report(results, read_mib=None, write_sizes=None, rounds=None):
             return "–"
         return rat((fs, b, test, mode), (fs, LOCAL_OF[b], test, mode))
 
+    cold_file = results + ".cold"
+    if os.path.exists(cold_file):
+        warm = []
+        n = 0
+        with open(cold_file) as f:
+            for line in f:
+                fs, b, mode, rnd, res, img = line.rstrip("\n").split("\t")
+                n += 1
+                if fs != "raw" and res not in ("0", "?"):
+                    warm.append(f"{fs} {b} {mode} round {rnd}: {int(res) / 1048576:.1f} MiB")
+        print(f"\ncold check (fincore, the file's pages in the page cache just before each of {n} reads): "
+              + ("0 B for every filesystem" if not warm else "NOT COLD: " + "; ".join(warm)))
     print(f"\nSequential read{f', {read_mib} MiB' if read_mib else ''}, dd bs=4k, "
           f"cold (every filesystem unmounted, caches dropped, mounted again; loop devices "
           f"flushed) (MB/s, {of}):\n")
@@ -214,6 +231,31 @@ def dd_mbs(*args):
     return int(m.group(1)) / float(m.group(2)) / 1e6, float(m.group(2))
 
 
+def resident(path):
+    """Bytes of PATH in the page cache (fincore), or '?' without fincore."""
+    out = subprocess.run(["fincore", "-b", "-n", "-o", "RES", str(path)], capture_output=True, text=True)
+    return out.stdout.strip() if out.returncode == 0 and out.stdout.strip() else "?"
+
+
+def loop_devices(image):
+    out = subprocess.run(["losetup", "-n", "-O", "NAME", "-j", str(image)], capture_output=True, text=True)
+    return out.stdout.split()
+
+
+def cold(target, path, image):
+    """Cold means cold, the same way for every filesystem read: each read is
+    of a fresh mount (the caller unmounted after the last read), sync and
+    drop_caches before the mount and again after it; for a loop device
+    (ext3, XFS) also `blockdev --flushbufs` on it, whose page cache is the
+    block device's own. A FUSE daemon starts with an empty cache at each
+    mount. On /dev/shm the image itself is memory for every filesystem alike
+    (tmpfs has no other copy): that is the ramdisk being measured."""
+    if target is not None and image and not isinstance(target, targets.Jbdfs):
+        for dev in loop_devices(image):
+            subprocess.run(["blockdev", "--flushbufs", dev], stderr=subprocess.DEVNULL)
+    common.drop_caches()
+
+
 def write_files(d, sizes):
     """The bulk-write workload: MB/s over all the files."""
     secs = 0.0
@@ -231,6 +273,7 @@ class Run:
         self.a, self.transports, self.record = a, transports, emit
         self.cache = os.environ.get("JBDFS_CACHE_SIZE", "64M")
         self.jbdfs = []  # every jbdfs target, for the peak memory
+        self.cold_out = "/dev/null"  # main() sets RESULTS.cold
 
     def jbdfs_target(self, work, img, tr, via, data=None, opts=""):
         t = targets.Jbdfs("nbd" if via == "nbd" else "ram", tr, data=data,
@@ -271,18 +314,23 @@ class Run:
         for rnd in range(1, a.rounds + 1):
             for k in kinds:
                 if k == "raw":
-                    common.drop_caches()
+                    cold(None, raw, None)
+                    self.cold_check("raw", name, "-", rnd, raw, None)
                     self.record("raw", name, "read", "-", rnd, f"{dd_mbs(f'if={raw}', 'of=/dev/null', 'bs=4k')[0]:.1f}")
                 elif isinstance(k, tuple):
                     _, tr, m, via = k
                     t = self.jbdfs_target(work, jimg.image, tr, via)
+                    cold(None, None, None)
                     with t.mount("max_map=1" if m == "single" else "") as mnt:
-                        common.drop_caches()
+                        cold(t, f"{mnt}/big", jimg.image)
+                        self.cold_check(f"jbdfs/{tr}", name, m, rnd, f"{mnt}/big", jimg.image)
                         mbs = dd_mbs(f"if={mnt}/big", "of=/dev/null", "bs=4k")[0]
                     self.record(f"jbdfs/{tr}", "nbd" if via == "nbd" else name, "read", m, rnd, f"{mbs:.1f}")
                 else:
+                    cold(None, None, None)
                     with k.mount() as mnt:
-                        common.drop_caches()
+                        cold(k, f"{mnt}/big", k.image)
+                        self.cold_check(k.fs, name, "-", rnd, f"{mnt}/big", k.image)
                         mbs = dd_mbs(f"if={mnt}/big", "of=/dev/null", "bs=4k")[0]
                     self.record(k.fs, name, "read", "-", rnd, f"{mbs:.1f}")
         for t in [jimg] + refs:
@@ -305,6 +353,13 @@ class Run:
                         self.record(f"jbdfs/{tr}", "nbd" if via == "nbd" else name, "write", mode, rnd, mbs)
                 with targets.Ext3("ram", data=mode, log=log, size="3G", workdir_=work) as t:
                     self.record("ext3", name, "write", mode, rnd, write_files(t.mnt, sizes))
+
+    def cold_check(self, fs, backing, mode, rnd, path, image):
+        """Record how much of the file (and of the image behind it) sits in
+        the page cache just before its cold read: the file's must be 0."""
+        line = "\t".join(map(str, (fs, backing, mode, rnd, resident(path), resident(image) if image else "-")))
+        with open(self.cold_out, "a") as f:
+            f.write(line + "\n")
 
     def peak_mib(self):
         return max((t.peak_kib for t in self.jbdfs), default=0) // 1024
@@ -395,7 +450,7 @@ def main(argv):
         if "ramdisk" not in only:
             only.insert(0, "ramdisk")
             info(f"nbd is measured beside jbdfs on the local ramdisk image: --only \"{' '.join(only)}\"")
-    a.rounds = a.rounds or (1 if a.quick else 3)
+    a.rounds = a.rounds or (3 if a.quick else 5)
     a.read_mib = 256 if a.quick else 1024
     a.write_sizes = [7, 13, 64] if a.quick else [7, 13, 75, 95, 512]
     common.on_signals()
@@ -406,11 +461,19 @@ def main(argv):
         return 0 if targets.fsck_summary() else 1
     results, _ = common.results_files("seqio", a.out, log=False)
     common.header("sequential I/O: bulk write with fsync, cold sequential read (bench-seqio.sh)", transports)
+    sampler = common.load_sampler()
+    print(sampler.before_line(), flush=True)
+    print(f"method: every figure is the median (min–max) of {a.rounds} rounds; {stats.METHOD}", flush=True)
     r = Run(a, transports, common.tsv_sink(results))
+    r.cold_out = results + ".cold"
+    open(r.cold_out, "w").close()
     dirs = {"ramdisk": "/dev/shm", "disk": os.environ.get("JBDFS_DISK_DIR", "/var/tmp")}
     for b in ("ramdisk", "disk"):
         if b in only:
             r.backing(b, dirs[b], nbd)
+    sampler.stop()
+    with open(results + ".machine", "w") as f:
+        f.write("\n".join(sampler.lines()) + "\n")
     section(f"results ({common.machine()})")
     sizes = " ".join(map(str, a.write_sizes))
     print_report(results, a.read_mib, sizes, a.rounds)
