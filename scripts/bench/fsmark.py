@@ -81,10 +81,6 @@ def transports(res, base, dev=None, data=None):
     return report.ordered(found, TRANSPORT_ORDER)
 
 
-def med(values):
-    return stats.median(values) if values else None
-
-
 def best_of(settings, t):
     """(bdelay, runs) of the setting with the highest median at T threads, of {bdelay: {threads: runs}}."""
     cands = [(b, r[t]) for b, r in settings.items() if r.get(t)]
