@@ -145,6 +145,9 @@ const READ_IN_SIZE: usize = 40;
 const WRITE_IN_SIZE: usize = 40;
 /// `fuse_write_in.write_flags`: a delayed write from the page cache.
 const FUSE_WRITE_CACHE: u32 = 1 << 0;
+/// `fuse_write_in.write_flags`: the writer lacks CAP_FSETID (sent under
+/// FUSE_HANDLE_KILLPRIV_V2).
+const FUSE_WRITE_KILL_SUIDGID: u32 = 1 << 2;
 const FSYNC_IN_SIZE: usize = 16;
 const SETXATTR_IN_SIZE: usize = 8;
 const GETXATTR_IN_SIZE: usize = 8;
@@ -588,6 +591,7 @@ fn write<'a>(a: &Args<'a>, ino: u64) -> Result<Op<'a>, DecodeError> {
         offset: le_u64(s, 8),
         data,
         from_cache: le_u32(s, 20) & FUSE_WRITE_CACHE != 0,
+        kill_suidgid: le_u32(s, 20) & FUSE_WRITE_KILL_SUIDGID != 0,
     })
 }
 
@@ -1091,7 +1095,7 @@ mod tests {
         p64(&mut s, 3); // fh
         p64(&mut s, 4096); // offset
         p32(&mut s, 5); // size
-        p32(&mut s, 0); // write_flags
+        p32(&mut s, FUSE_WRITE_KILL_SUIDGID); // write_flags
         p64(&mut s, 0); // lock_owner
         p32(&mut s, 0); // flags
         p32(&mut s, 0); // padding
@@ -1105,7 +1109,8 @@ mod tests {
                     ino: 8,
                     offset: 4096,
                     data: b"abcde",
-                    from_cache: false
+                    from_cache: false,
+                    kill_suidgid: true,
                 }
             ),
             "{op:?}"

@@ -16,6 +16,8 @@ use super::request::Ctx;
 /// include/uapi/linux/capability.h: what ext4 asks of a shutdown, a label
 /// change or a trim.
 pub(super) const CAP_SYS_ADMIN: u32 = 21;
+/// What keeps the set-ID bits through a write or a truncate.
+pub(super) const CAP_FSETID: u32 = 4;
 
 /// The `CapEff:` line of a /proc/PID/status text, as a bit set.
 pub(super) fn parse_cap_eff(status: &str) -> Option<u64> {

@@ -22,8 +22,19 @@ use super::request::*;
 
 /// What the daemon asks the kernel for at FUSE_INIT (and gets where the
 /// kernel offers it). FUSE_EXPORT_SUPPORT: the handler answers LOOKUPs of
-/// "." and ".." (file handles, NFS export).
+/// "." and ".." (file handles, NFS export). FUSE_CACHE_SYMLINKS: a
+/// symlink's target never changes (ext3 has no way to rewrite one), so
+/// the kernel keeps it in the page cache and READLINK is sent once per
+/// inode, not once per path walk through it. FUSE_HANDLE_KILLPRIV_V2: the
+/// daemon drops set-ID bits on write (FUSE_WRITE_KILL_SUIDGID), truncate
+/// and chown (handler.rs, `set_id_kept`), so the kernel sends no GETATTR
+/// before a chown, and marks the superblock SB_NOSEC: once a file's first
+/// write finds no set-ID bit and no security.capability, its later writes
+/// skip the GETXATTR of security.capability (fs/inode.c,
+/// file_remove_privs).
 pub const WANTED_INIT_FLAGS: InitFlags = InitFlags::FUSE_ASYNC_READ
+    .union(InitFlags::FUSE_CACHE_SYMLINKS)
+    .union(InitFlags::FUSE_HANDLE_KILLPRIV_V2)
     .union(InitFlags::FUSE_EXPORT_SUPPORT)
     .union(InitFlags::FUSE_BIG_WRITES)
     .union(InitFlags::FUSE_WRITEBACK_CACHE)
@@ -459,6 +470,7 @@ impl<H: Handler> fuser::Filesystem for FuserAdapter<H> {
             offset,
             data,
             from_cache: wflags.contains(WriteFlags::FUSE_WRITE_CACHE),
+            kill_suidgid: wflags.contains(WriteFlags::FUSE_WRITE_KILL_SUIDGID),
         };
         self.run(req, op, Fuser(reply));
     }

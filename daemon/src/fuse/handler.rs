@@ -18,9 +18,11 @@ use super::ioctl::{self, FsIoctl};
 use super::request::*;
 use super::{caps, runners};
 
-/// FOPEN_DIRECT_IO and FOPEN_KEEP_CACHE (`include/uapi/linux/fuse.h`).
+/// FOPEN_DIRECT_IO, FOPEN_KEEP_CACHE and FOPEN_CACHE_DIR
+/// (`include/uapi/linux/fuse.h`).
 const FOPEN_DIRECT_IO: u32 = 1 << 0;
 const FOPEN_KEEP_CACHE: u32 = 1 << 1;
+const FOPEN_CACHE_DIR: u32 = 1 << 3;
 
 /// At most this many fsyncs wait on runners side by side; past it they
 /// queue for the first runner to come free.
@@ -313,8 +315,13 @@ impl JbdFuse {
     }
 
     fn setattr(&self, ctx: &Ctx, ino: NodeId, set: &SetattrIn) -> Outcome {
+        let ext = to_ext3(ino);
+        let mode = match set.mode {
+            Some(m) => Some(m as u16),
+            None => self.set_id_kept(ctx, ext, set)?,
+        };
         let changes = SetAttr {
-            mode: set.mode.map(|m| m as u16),
+            mode,
             uid: set.uid,
             gid: set.gid,
             size: set.size,
@@ -323,9 +330,47 @@ impl JbdFuse {
             ctime: set.ctime.map(|(sec, nsec)| Timestamp { sec, nsec }),
             times_set: times_set(set),
         };
-        let ext = to_ext3(ino);
         let res = self.fs.setattr(ext, &changes, caller(ctx));
         self.done(res, |i| Answer::Attr(self.attr(ext, &i)))
+    }
+
+    /// The mode a chown or a truncate leaves a regular file with set-ID
+    /// bits, or None when it keeps its mode. Under FUSE_HANDLE_KILLPRIV_V2
+    /// the kernel leaves this to the filesystem (fs/fuse/dir.c,
+    /// fuse_setattr drops ATTR_KILL_SUID/SGID and the mode they implied),
+    /// which spares it a GETATTR before every chown. The rules are the
+    /// VFS's: a chown drops S_ISUID whoever asks, and S_ISGID where the
+    /// group may execute or the caller is neither in the file's group nor
+    /// capable (chown_common, setattr_should_drop_sgid); a truncate drops
+    /// them only for a caller without CAP_FSETID (do_truncate,
+    /// dentry_needs_remove_privs). The capability is read from /proc only
+    /// for a file that has a set-ID bit to lose.
+    fn set_id_kept(&self, ctx: &Ctx, ino: InodeNo, set: &SetattrIn) -> Result<Option<u16>, Errno> {
+        let chown = set.uid.is_some() || set.gid.is_some();
+        if !chown && set.size.is_none() {
+            return Ok(None);
+        }
+        let inode = self.fs.getattr(ino).map_err(|e| self.fail(&e))?;
+        let mode = inode.i_mode;
+        let set_id = mode & (libc::S_ISUID | libc::S_ISGID) as u16;
+        if set_id == 0 || !inode.is_reg() {
+            return Ok(None);
+        }
+        let group_exec = mode & libc::S_IXGRP as u16 != 0;
+        let fsetid = || caps::flags_caller(ctx).capable(caps::CAP_FSETID);
+        let mut kill = 0;
+        if chown {
+            kill |= libc::S_ISUID as u16;
+            if group_exec || (!keeps_sgid(ctx, inode.i_gid) && !fsetid()) {
+                kill |= libc::S_ISGID as u16;
+            }
+        } else if !fsetid() {
+            kill |= libc::S_ISUID as u16;
+            if group_exec || !keeps_sgid(ctx, inode.i_gid) {
+                kill |= libc::S_ISGID as u16;
+            }
+        }
+        Ok((mode & kill != 0).then_some(mode & !kill & 0o7777))
     }
 
     /// mknod, mkdir and create: the umask's permission bits, which the
@@ -378,11 +423,22 @@ impl JbdFuse {
         }
     }
 
+    /// OPENDIR: the directory's listing may stay in the kernel's cache
+    /// (FOPEN_CACHE_DIR, kept across opens with FOPEN_KEEP_CACHE), so a
+    /// listing read before costs OPENDIR and RELEASEDIR only. The kernel
+    /// drops the cache when the directory changes through it
+    /// (fuse_dir_changed), the only way it can change. OPENDIR itself is
+    /// answered, not ENOSYS (which would stop it for good): it is the
+    /// access that moves a directory's atime, which a cached listing
+    /// never reports.
     fn opendir(&self, ino: NodeId) -> Outcome {
         match self.fs.getattr(to_ext3(ino)) {
             Ok(i) if i.is_dir() => {
-                self.accessed(to_ext3(ino));
-                Ok(Answer::Open(OpenOut::default()))
+                self.access_seen(ino);
+                Ok(Answer::Open(OpenOut {
+                    fh: 0,
+                    flags: FOPEN_CACHE_DIR | FOPEN_KEEP_CACHE,
+                }))
             }
             Ok(_) => Err(Errno::from_i32(libc::ENOTDIR)),
             Err(e) => Err(self.fail(&e)),
@@ -539,7 +595,19 @@ impl JbdFuse {
                 .fallocate(to_ext3(ino), offset, length, keep_size, ctx.uid == 0)
         };
         let res = res.and_then(|()| self.remove_privs(ctx, ino));
+        // The blocks allocated or punched out are the daemon's count, which
+        // the kernel's cached i_blocks does not follow.
+        if res.is_ok() {
+            self.attributes_changed(ino);
+        }
         self.done(res, |()| Answer::Empty)
+    }
+
+    /// Tells the kernel that its cached attributes of `ino` are stale.
+    fn attributes_changed(&self, ino: NodeId) {
+        if let Some(k) = self.kernel.get() {
+            k.attributes_changed(ino);
+        }
     }
 
     /// After a change to a file's contents: the set-ID bits the kernel's
@@ -549,11 +617,16 @@ impl JbdFuse {
         if ctx.uid == 0 {
             return Ok(());
         }
+        self.drop_set_id(ctx, ino)
+    }
+
+    /// Drops the set-ID bits for a caller without CAP_FSETID, as the VFS's
+    /// setattr_should_drop_suidgid() would: S_ISUID always, S_ISGID where
+    /// the group may execute or the caller is not in the file's group.
+    fn drop_set_id(&self, ctx: &Ctx, ino: NodeId) -> Result<(), FsError> {
         let in_group = |gid| keeps_sgid(ctx, gid);
         if self.fs.remove_privs(to_ext3(ino), &in_group)? {
-            if let Some(k) = self.kernel.get() {
-                k.attributes_changed(ino);
-            }
+            self.attributes_changed(ino);
         }
         Ok(())
     }
@@ -595,18 +668,14 @@ impl JbdFuse {
     /// atime moved.
     fn access_seen(&self, ino: NodeId) {
         if self.accessed(to_ext3(ino)) {
-            if let Some(k) = self.kernel.get() {
-                k.attributes_changed(ino);
-            }
+            self.attributes_changed(ino);
         }
     }
 
     /// An ioctl's empty answer, once the kernel is told that its copy of
     /// the attributes is stale.
     fn ctime_moved(&self, ino: NodeId) -> Answer {
-        if let Some(k) = self.kernel.get() {
-            k.attributes_changed(ino);
-        }
+        self.attributes_changed(ino);
         Answer::Ioctl {
             result: 0,
             data: Vec::new(),
@@ -749,10 +818,15 @@ impl JbdFuse {
                 offset,
                 data,
                 from_cache,
+                kill_suidgid,
             } => {
                 let res = match from_cache {
                     true => fs.write_back(to_ext3(ino), offset, data, ctx.uid == 0),
                     false => fs.write(to_ext3(ino), offset, data, ctx.uid == 0),
+                };
+                let res = match (res, kill_suidgid) {
+                    (Ok(n), true) => self.drop_set_id(ctx, ino).map(|()| n),
+                    (res, _) => res,
                 };
                 self.done(res, |n| Answer::Written(n as u32))
             }

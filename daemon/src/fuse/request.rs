@@ -11,10 +11,18 @@ use std::time::Duration;
 
 pub use fuser::Errno;
 
-/// How long the kernel may cache entries and attributes. Every change goes
-/// through the daemon, so the cache can only be stale for changes made
-/// behind the mount's back, which ext3 does not allow either.
-pub const TTL: Duration = Duration::from_secs(1);
+/// How long the kernel may cache entries (positive and negative) and
+/// attributes: a day, as virtiofs's cache=always does. One image has one
+/// writer (the daemon holds its lock), and every change to a name or an
+/// inode either goes through the kernel, which updates or invalidates its
+/// own copy (fs/fuse/dir.c: fuse_dir_changed, fuse_entry_unlinked,
+/// fuse_invalidate_attr after link, rename, setxattr), or is made by the
+/// daemon on its own (atime at an access, set-ID bits dropped, an ioctl's
+/// ctime, blocks allocated by fallocate), and then the daemon tells the
+/// kernel at once ([`KernelCache::attributes_changed`]). At 1 s every
+/// path walk and stat of a tree older than a second went back to the
+/// daemon (a LOOKUP and a GETATTR per file read).
+pub const TTL: Duration = Duration::from_secs(24 * 60 * 60);
 
 /// A FUSE node id: 1 is the root.
 pub type NodeId = u64;
@@ -135,6 +143,9 @@ pub enum Op<'a> {
         /// FUSE_WRITE_CACHE: a write-back from the page cache, whose
         /// mtime and ctime the kernel sends itself.
         from_cache: bool,
+        /// FUSE_WRITE_KILL_SUIDGID: the caller lacks CAP_FSETID, so the
+        /// write drops the set-ID bits (FUSE_HANDLE_KILLPRIV_V2).
+        kill_suidgid: bool,
     },
     Statfs,
     Release {
