@@ -80,6 +80,14 @@ struct Args {
     /// must be those the filesystem was made with.
     #[arg(short = 'S')]
     super_only: bool,
+    /// Copy this directory tree into the new filesystem, as mke2fs -d:
+    /// files (holes kept), directories, hard links, symlinks, devices,
+    /// fifos, sockets, owners, modes, times and extended attributes (ACLs
+    /// and security labels among them). With SOURCE_DATE_EPOCH (or
+    /// E2FSPROGS_FAKE_TIME) set, -U and -E hash_seed=, the same tree gives
+    /// a byte-identical image.
+    #[arg(short = 'd', value_name = "ROOT-DIRECTORY")]
+    root_dir: Option<PathBuf>,
     /// Filesystem type; only ext3 (and jbdfs) are accepted.
     #[arg(short = 't', value_name = "TYPE")]
     fs_type: Option<String>,
@@ -185,7 +193,11 @@ fn run(args: Args) -> anyhow::Result<()> {
     for e in &args.extended {
         mkfs::parse_extended(e, &mut options)?;
     }
+    if let Some(sec) = fixed_time()? {
+        jbdfs::util::fix_clock(sec);
+    }
     let req = Request {
+        root_dir: args.root_dir,
         options,
         size,
         force: args.force > 0,
@@ -194,6 +206,22 @@ fn run(args: Args) -> anyhow::Result<()> {
     };
     mkfs::make_filesystem(&args.device, &req)?;
     Ok(())
+}
+
+/// The time a reproducible build fixes: SOURCE_DATE_EPOCH, else mke2fs's
+/// own E2FSPROGS_FAKE_TIME.
+fn fixed_time() -> anyhow::Result<Option<i64>> {
+    for var in ["SOURCE_DATE_EPOCH", "E2FSPROGS_FAKE_TIME"] {
+        if let Some(v) = std::env::var_os(var) {
+            let v = v.to_string_lossy();
+            let sec = v
+                .trim()
+                .parse::<i64>()
+                .map_err(|_| anyhow::anyhow!("{var}={v} is not a number of seconds"))?;
+            return Ok(Some(sec));
+        }
+    }
+    Ok(None)
 }
 
 /// The usage types whose profile values apply, as mke2fs lists them: `-T`'s

@@ -10,6 +10,7 @@ mod extended;
 mod geometry;
 mod journal;
 mod layout;
+mod populate;
 pub mod profile;
 
 use std::io;
@@ -23,8 +24,9 @@ pub use geometry::{
     backup_blocks, group_of, plan, resolve_features, Geometry, GroupLayout, MAX_BLOCK_SIZE,
     MIN_BLOCK_SIZE,
 };
-use journal::build_journal;
+use journal::{build_journal, JournalMap};
 use layout::{build_superblock, lost_found_blocks, Allocator, Writer};
+pub use populate::PopulateError;
 
 /// What the user asked for, in mke2fs's terms.
 #[derive(Clone, Debug)]
@@ -162,6 +164,8 @@ pub enum MkfsError {
     BadBlocksPerGroup(u32, u32),
     #[error("invalid last-mounted directory: at most 64 bytes")]
     BadLastMounted,
+    #[error(transparent)]
+    Populate(#[from] PopulateError),
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
 }
@@ -203,6 +207,18 @@ pub fn format(
     zeroed: Zeroed,
     progress: &mut Progress,
 ) -> Result<Summary> {
+    format_keeping_journal(dev, opts, geometry, zeroed, progress).map(|(s, _)| s)
+}
+
+/// [`format()`], also giving the journal's block map (for `-d`, which
+/// empties the log again once the tree is in).
+fn format_keeping_journal(
+    dev: &dyn BlockDevice,
+    opts: &MkfsOptions,
+    geometry: &Geometry,
+    zeroed: Zeroed,
+    progress: &mut Progress,
+) -> Result<(Summary, JournalMap)> {
     let uuid = match opts.uuid {
         Some(u) => u,
         None => crate::util::random_uuid()?,
@@ -212,7 +228,7 @@ pub fn format(
     let now = crate::util::now().0 as u32;
 
     if opts.super_only {
-        return write_super_only(&w, opts, &uuid, now, progress);
+        return write_super_only(&w, opts, &uuid, now, progress).map(|s| (s, JournalMap::none()));
     }
     w.zero_inode_tables(progress)?;
     let root_blk = alloc.next(geometry.group(0).data_start);
@@ -240,11 +256,47 @@ pub fn format(
     w.write_superblocks(&sb, &descs)?;
     dev.flush()?;
     progress.message("done\n");
-    Ok(Summary {
+    let summary = Summary {
         geometry: geometry.clone(),
         uuid,
         backups: backup_blocks(geometry),
-    })
+    };
+    Ok((summary, journal))
+}
+
+/// `-d`: copies `root` into the filesystem just made, then leaves the
+/// image as mkfs would have: the log empty and new (what the copy's
+/// commits left in it depends on their timing), no mount counted, the
+/// superblock's times mkfs's.
+fn fill(
+    dev: &std::sync::Arc<dyn BlockDevice>,
+    opts: &MkfsOptions,
+    summary: &Summary,
+    journal: &JournalMap,
+    root: &std::path::Path,
+    progress: &mut Progress,
+) -> Result<()> {
+    progress.message("Copying files into the device: ");
+    populate::populate(dev.clone(), root)?;
+    let g = &summary.geometry;
+    let w = Writer::new(&**dev, g, Zeroed::Nothing);
+    w.write_journal(journal, &summary.uuid, progress)?;
+    let mut buf = vec![0u8; sbm::SUPERBLOCK_SIZE];
+    dev.read_at(&mut buf, sbm::SUPERBLOCK_OFFSET)?;
+    let mut sb = Superblock::parse(&buf)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+    let now = crate::util::now().0 as u32;
+    sb.s_mnt_count = 0;
+    sb.s_mtime = 0;
+    sb.s_wtime = now;
+    sb.s_kbytes_written = 0;
+    sb.s_last_mounted = [0; 64];
+    let last = opts.last_mounted.as_bytes();
+    sb.s_last_mounted[..last.len()].copy_from_slice(last);
+    dev.write_at(&sb.to_bytes(), sbm::SUPERBLOCK_OFFSET)?;
+    dev.flush()?;
+    progress.message("done\n");
+    Ok(())
 }
 
 /// `-S`: the superblocks and descriptor tables of the filesystem the
@@ -344,6 +396,8 @@ pub struct Request {
     /// `-n`: work out the layout and print it, write nothing.
     pub dry_run: bool,
     pub quiet: bool,
+    /// `-d`: copy this directory tree in.
+    pub root_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -364,6 +418,10 @@ pub enum MakeError {
         size: u64,
         device: u64,
     },
+    /// `-d` failed: the target holds no filesystem (an image mkfs created
+    /// is removed).
+    #[error("{0}; no filesystem was made")]
+    Unmade(Box<MakeError>),
     #[error("{0} does not exist: -S rewrites the superblocks of an existing filesystem")]
     SuperOnlyNeedsFilesystem(String),
     /// Mounted or opened by another program (mke2fs's wording).
@@ -417,14 +475,18 @@ pub fn make_filesystem(
         TargetError::Io(e) => io_err(e),
         TargetError::Make(m) => m,
     })?;
-    lay_out(&name, req, target.fs_bytes, |len| {
+    let made = lay_out(&name, req, target.fs_bytes, |len| {
         let dev = target.open(path).map_err(|e| match e {
             TargetError::Io(e) => io_err(e),
             TargetError::Make(m) => m,
         })?;
         let zeroed = target.prepare(&dev, len).map_err(io_err)?;
         Ok((std::sync::Arc::new(dev), zeroed))
-    })
+    });
+    if matches!(made, Err(MakeError::Unmade(_))) && !target.exists {
+        let _ = std::fs::remove_file(path);
+    }
+    made
 }
 
 /// mkfs on an NBD export: its size unless one is given, and, as on a
@@ -497,10 +559,22 @@ fn lay_out(
         uuid,
         backups: backup_blocks(&geometry),
     }));
-    format(&*dev, &options, &geometry, zeroed, &mut progress).map_err(|error| MakeError::Mkfs {
+    let mk_err = |error| MakeError::Mkfs {
         path: name.to_string(),
         error,
-    })
+    };
+    let (summary, journal) =
+        format_keeping_journal(&*dev, &options, &geometry, zeroed, &mut progress)
+            .map_err(mk_err)?;
+    if let Some(root) = &req.root_dir {
+        if let Err(e) = fill(&dev, &options, &summary, &journal, root, &mut progress) {
+            // Not half-made: what is there is no filesystem.
+            let _ = dev.write_at(&[0u8; sbm::SUPERBLOCK_SIZE], sbm::SUPERBLOCK_OFFSET);
+            let _ = dev.flush();
+            return Err(MakeError::Unmade(Box::new(mk_err(e))));
+        }
+    }
+    Ok(summary)
 }
 
 enum TargetError {
