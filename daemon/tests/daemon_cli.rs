@@ -496,36 +496,79 @@ fn chown(path: &Path, uid: u32) {
         .unwrap_or_else(|e| panic!("chown {}: {e}", path.display()));
 }
 
-/// Whether an ordinary user may open /dev/fuse (mode 0666 on a normal
-/// host; some containers leave it 0600).
-fn dev_fuse_open_to_all() -> bool {
-    use std::os::unix::fs::PermissionsExt;
-    std::fs::metadata("/dev/fuse").is_ok_and(|m| m.permissions().mode() & 0o006 == 0o006)
+/// Lets [`USER`] open /dev/fuse, as a normal host's mode 0666 does, where
+/// a container leaves it 0600: an ACL entry for the test's user, removed
+/// on drop. `None` when that cannot be done.
+struct FuseForUser {
+    added: bool,
+    /// /dev/fuse had no ACL before: remove it whole (-x leaves the mask).
+    had_none: bool,
 }
 
-/// Issue 45: an ordinary user's mount (fusermount3, no root) prints
+impl FuseForUser {
+    fn grant() -> Option<FuseForUser> {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata("/dev/fuse").ok()?.permissions().mode();
+        if mode & 0o006 == 0o006 {
+            return Some(FuseForUser {
+                added: false,
+                had_none: false,
+            });
+        }
+        let had_none = Command::new("getfacl")
+            .args(["--skip-base", "--absolute-names", "/dev/fuse"])
+            .output()
+            .is_ok_and(|o| o.status.success() && o.stdout.iter().all(u8::is_ascii_whitespace));
+        let ok = Command::new("setfacl")
+            .args(["-m", "u:65534:rw", "/dev/fuse"])
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(FuseForUser {
+            added: true,
+            had_none,
+        })
+    }
+}
+
+impl Drop for FuseForUser {
+    fn drop(&mut self) {
+        if self.added {
+            let args: &[&str] = if self.had_none {
+                &["-b", "/dev/fuse"]
+            } else {
+                &["-x", "u:65534", "/dev/fuse"]
+            };
+            let _ = Command::new("setfacl").args(args).status();
+        }
+    }
+}
+
+/// Issue 45: an ordinary user's mount (fusermount3, no root; /dev/fuse
+/// opened to the user with an ACL where a container leaves it 0600) prints
 /// nothing, puts its pid file in `$XDG_RUNTIME_DIR/jbdfs/`, and both
 /// `fusermount3 -u` and umount.fuse.jbdfs (which finds the pid there and
 /// waits for the write-back) leave the image clean.
 #[test]
 fn an_ordinary_users_mount_is_quiet_and_unmounts_clean() {
+    jbdfs_testkit::require!(fuse, e2fsprogs, "setpriv", "fusermount3", "setfacl");
+    let fuse_access = FuseForUser::grant();
     jbdfs_testkit::require!(
-        fuse,
-        e2fsprogs,
-        "setpriv",
-        "fusermount3",
         (common::require::Need::That(
-            dev_fuse_open_to_all(),
-            "/dev/fuse is not open to other users (mode 0666 on a normal host)".into()
+            fuse_access.is_some(),
+            "/dev/fuse is not open to other users and takes no ACL".into()
         ))
     );
     let _turn = daemon_common::switch_turn();
-    let (img, dir) = image_and_dir("cli-user");
+    // The image's root directory is the user's (mkfs.jbdfs -E root_owner).
+    let options = jbdfs::mkfs::MkfsOptions {
+        block_size: Some(4096),
+        root_owner: Some((USER, USER)),
+        ..Default::default()
+    };
+    let img = common::jbdfs_image_with("cli-user", options, 64 << 20);
+    let dir = common::TempDir::new("cli-user");
     let mnt = dir.path.join("mnt");
-    // The image's root directory is the user's, as -E root_owner makes it.
-    let d = Daemon::start_exactly(&img.path, &mnt, "", Duration::from_secs(30)).unwrap();
-    chown(&mnt, USER);
-    d.stop_ok();
+    std::fs::create_dir(&mnt).unwrap();
     let runtime = dir.path.join("run");
     std::fs::create_dir(&runtime).unwrap();
     for p in [&dir.path, &mnt, &runtime, &img.path] {
