@@ -3,7 +3,7 @@
 pub mod inthash;
 pub mod rng;
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Seconds and nanoseconds since the Unix epoch, now, from the same coarse
@@ -11,6 +11,10 @@ use std::time::{SystemTime, UNIX_EPOCH};
 /// writeback cache the kernel sets regular files' times itself; a finer
 /// clock here could stamp a creation later than the kernel's next update.
 pub fn now() -> (i64, u32) {
+    let fixed = FIXED_NOW.load(Ordering::Relaxed);
+    if fixed != i64::MIN {
+        return (fixed, 0);
+    }
     let mut ts = libc::timespec {
         tv_sec: 0,
         tv_nsec: 0,
@@ -24,6 +28,16 @@ pub fn now() -> (i64, u32) {
         Ok(d) => (d.as_secs() as i64, d.subsec_nanos()),
         Err(_) => (0, 0),
     }
+}
+
+/// [`fix_clock`]'s time, or `i64::MIN` for the real clock.
+static FIXED_NOW: AtomicI64 = AtomicI64::new(i64::MIN);
+
+/// Stops the clock at `sec` for the rest of the process: every time
+/// [`now`] gives is then `sec`, as in a reproducible build
+/// (`SOURCE_DATE_EPOCH`, mkfs.jbdfs -d).
+pub fn fix_clock(sec: i64) {
+    FIXED_NOW.store(sec, Ordering::Relaxed);
 }
 
 /// A process-unique counter, for temporary names in tests.

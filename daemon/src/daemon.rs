@@ -560,15 +560,53 @@ fn add_utab_line(cfg: &DaemonConfig) -> Option<crate::utab::UtabEntry> {
 
 /// Where a daemon serving `mountpoint` records its pid, so that
 /// `umount.fuse.jbdfs` can wait for it to write the image back and exit:
-/// a FUSE unmount returns before the daemon has finished.
-pub fn pid_file_path(mountpoint: &Path) -> PathBuf {
+/// a FUSE unmount returns before the daemon has finished. The directory
+/// is [`pid_file_dir`]; `None` when this user has none.
+pub fn pid_file_path(mountpoint: &Path) -> Option<PathBuf> {
     let canon = std::fs::canonicalize(mountpoint).unwrap_or_else(|_| mountpoint.to_path_buf());
     let name: String = canon
         .to_string_lossy()
         .chars()
         .map(|c| if c == '/' { '_' } else { c })
         .collect();
-    PathBuf::from("/run/jbdfs").join(format!("{name}.pid"))
+    Some(pid_file_dir()?.join(format!("{name}.pid")))
+}
+
+/// Root's pid files, and anyone's who may write there.
+const SYSTEM_PID_DIR: &str = "/run/jbdfs";
+
+/// The directory of pid files for this user: /run/jbdfs for root (or for
+/// a user who may write it); otherwise `$XDG_RUNTIME_DIR/jbdfs`, or
+/// `/run/user/UID/jbdfs` when the variable is unset (mount(8) and sudo
+/// clear it) and that directory is this user's. umount.fuse.jbdfs looks
+/// in the same places.
+pub fn pid_file_dir() -> Option<PathBuf> {
+    // SAFETY: geteuid has no preconditions and touches no memory.
+    let uid = unsafe { libc::geteuid() };
+    if uid == 0 || may_write(Path::new(SYSTEM_PID_DIR)) {
+        return Some(PathBuf::from(SYSTEM_PID_DIR));
+    }
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| {
+            use std::os::unix::fs::MetadataExt;
+            let p = PathBuf::from(format!("/run/user/{uid}"));
+            std::fs::metadata(&p)
+                .is_ok_and(|m| m.is_dir() && m.uid() == uid)
+                .then_some(p)
+        })?;
+    Some(runtime.join("jbdfs"))
+}
+
+/// Whether this process may create files in `dir` (access(2), W_OK|X_OK).
+fn may_write(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: `c` is a valid NUL-terminated string that outlives the call.
+    unsafe { libc::access(c.as_ptr(), libc::W_OK | libc::X_OK) == 0 }
 }
 
 /// The pid file of a running daemon, removed when dropped.
@@ -576,10 +614,22 @@ struct PidFile(Option<PathBuf>);
 
 impl PidFile {
     fn create(mountpoint: &Path) -> PidFile {
-        let path = pid_file_path(mountpoint);
+        let Some(path) = pid_file_path(mountpoint) else {
+            // An ordinary user with no runtime directory: fusermount3 -u
+            // and umount.fuse.jbdfs then cannot wait for the write-back,
+            // which nothing but the helper needs.
+            tracing::debug!("no runtime directory for a pid file (XDG_RUNTIME_DIR is unset)");
+            return PidFile(None);
+        };
         let made = path
             .parent()
-            .map(std::fs::create_dir_all)
+            .map(|dir| {
+                use std::os::unix::fs::DirBuilderExt;
+                std::fs::DirBuilder::new()
+                    .recursive(true)
+                    .mode(0o755)
+                    .create(dir)
+            })
             .unwrap_or(Ok(()))
             .and_then(|()| std::fs::write(&path, format!("{}\n", std::process::id())));
         match made {

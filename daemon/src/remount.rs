@@ -35,13 +35,13 @@ const ANSWER_TIMEOUT: Duration = Duration::from_secs(60);
 
 /// The request file of the daemon serving `mountpoint`: one line, `ro` or
 /// `rw`. The daemon answers in [`answer_path`] and removes the request.
-pub fn request_path(mountpoint: &Path) -> PathBuf {
-    pid_file_path(mountpoint).with_extension("remount")
+pub fn request_path(mountpoint: &Path) -> Option<PathBuf> {
+    Some(pid_file_path(mountpoint)?.with_extension("remount"))
 }
 
 /// The daemon's answer: `ok`, or the reason it refused.
-pub fn answer_path(mountpoint: &Path) -> PathBuf {
-    pid_file_path(mountpoint).with_extension("remount-done")
+pub fn answer_path(mountpoint: &Path) -> Option<PathBuf> {
+    Some(pid_file_path(mountpoint)?.with_extension("remount-done"))
 }
 
 /// jbdfs's own options that stay as mounted: a remount may repeat them
@@ -125,8 +125,12 @@ pub fn request(mountpoint: &Path, options: &[String]) -> anyhow::Result<()> {
 /// next), signals the daemon and waits for its answer.
 fn ask_daemon(target: &Path, state: &str, words: &[String]) -> anyhow::Result<()> {
     let pid = daemon_pid(target)?;
-    let request = request_path(target);
-    let answer = answer_path(target);
+    let (Some(request), Some(answer)) = (request_path(target), answer_path(target)) else {
+        bail!(
+            "{}: no runtime directory to ask the daemon in",
+            target.display()
+        );
+    };
     let _ = std::fs::remove_file(&answer);
     std::fs::write(&request, format!("{state}\n{}\n", words.join(",")))
         .with_context(|| format!("{}: cannot ask the daemon", request.display()))?;
@@ -151,7 +155,12 @@ fn ask_daemon(target: &Path, state: &str, words: &[String]) -> anyhow::Result<()
 }
 
 fn daemon_pid(target: &Path) -> anyhow::Result<i32> {
-    let path = pid_file_path(target);
+    let path = pid_file_path(target).ok_or_else(|| {
+        anyhow!(
+            "{}: no pid file to find the jbdfs daemon by (no runtime directory: XDG_RUNTIME_DIR is unset)",
+            target.display()
+        )
+    })?;
     let text = std::fs::read_to_string(&path).with_context(|| {
         format!(
             "{}: not served by a jbdfs daemon ({} is missing)",
@@ -302,7 +311,10 @@ pub struct ImageWriter {
 /// any. Returns whether there was one.
 pub(crate) fn serve_request(fs: &Arc<Filesystem>, ctx: &RemountContext) -> bool {
     let mountpoint = &ctx.mountpoint;
-    let request = request_path(mountpoint);
+    let (Some(request), Some(answer_path)) = (request_path(mountpoint), answer_path(mountpoint))
+    else {
+        return false;
+    };
     let Ok(text) = std::fs::read_to_string(&request) else {
         return false;
     };
@@ -314,7 +326,7 @@ pub(crate) fn serve_request(fs: &Arc<Filesystem>, ctx: &RemountContext) -> bool 
             format!("remount failed: {e:#}")
         }
     };
-    if let Err(e) = std::fs::write(answer_path(mountpoint), format!("{answer}\n")) {
+    if let Err(e) = std::fs::write(&answer_path, format!("{answer}\n")) {
         tracing::error!("cannot answer the remount request: {e}");
     }
     true

@@ -478,3 +478,179 @@ fn the_default_transport_follows_enable_uring() {
     );
     common::assert_e2fsck_clean(&img.path, "the image after the default transport");
 }
+
+/// The ordinary user the user-mount test runs as (nobody).
+const USER: u32 = 65534;
+
+/// A command run as [`USER`], with its runtime directory `runtime`.
+fn as_user(runtime: &Path) -> Command {
+    let mut c = Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "env"])
+        .arg(format!("XDG_RUNTIME_DIR={}", runtime.display()))
+        .env_remove("RUST_LOG");
+    c
+}
+
+fn chown(path: &Path, uid: u32) {
+    std::os::unix::fs::chown(path, Some(uid), Some(uid))
+        .unwrap_or_else(|e| panic!("chown {}: {e}", path.display()));
+}
+
+/// Lets [`USER`] open /dev/fuse, as a normal host's mode 0666 does, where
+/// a container leaves it 0600: an ACL entry for the test's user, removed
+/// on drop. `None` when that cannot be done.
+struct FuseForUser {
+    added: bool,
+    /// /dev/fuse had no ACL before: remove it whole (-x leaves the mask).
+    had_none: bool,
+}
+
+impl FuseForUser {
+    fn grant() -> Option<FuseForUser> {
+        use std::os::unix::fs::PermissionsExt;
+        let mode = std::fs::metadata("/dev/fuse").ok()?.permissions().mode();
+        if mode & 0o006 == 0o006 {
+            return Some(FuseForUser {
+                added: false,
+                had_none: false,
+            });
+        }
+        let had_none = Command::new("getfacl")
+            .args(["--skip-base", "--absolute-names", "/dev/fuse"])
+            .output()
+            .is_ok_and(|o| o.status.success() && o.stdout.iter().all(u8::is_ascii_whitespace));
+        let ok = Command::new("setfacl")
+            .args(["-m", "u:65534:rw", "/dev/fuse"])
+            .status()
+            .is_ok_and(|s| s.success());
+        ok.then_some(FuseForUser {
+            added: true,
+            had_none,
+        })
+    }
+}
+
+impl Drop for FuseForUser {
+    fn drop(&mut self) {
+        if self.added {
+            let args: &[&str] = if self.had_none {
+                &["-b", "/dev/fuse"]
+            } else {
+                &["-x", "u:65534", "/dev/fuse"]
+            };
+            let _ = Command::new("setfacl").args(args).status();
+        }
+    }
+}
+
+/// Issue 45: an ordinary user's mount (fusermount3, no root; /dev/fuse
+/// opened to the user with an ACL where a container leaves it 0600) prints
+/// nothing, puts its pid file in `$XDG_RUNTIME_DIR/jbdfs/`, and both
+/// `fusermount3 -u` and umount.fuse.jbdfs (which finds the pid there and
+/// waits for the write-back) leave the image clean.
+#[test]
+fn an_ordinary_users_mount_is_quiet_and_unmounts_clean() {
+    jbdfs_testkit::require!(fuse, e2fsprogs, "setpriv", "fusermount3", "setfacl");
+    let fuse_access = FuseForUser::grant();
+    jbdfs_testkit::require!(
+        (common::require::Need::That(
+            fuse_access.is_some(),
+            "/dev/fuse is not open to other users and takes no ACL".into()
+        ))
+    );
+    let _turn = daemon_common::switch_turn();
+    // The image's root directory is the user's (mkfs.jbdfs -E root_owner).
+    let options = jbdfs::mkfs::MkfsOptions {
+        block_size: Some(4096),
+        root_owner: Some((USER, USER)),
+        ..Default::default()
+    };
+    let img = common::jbdfs_image_with("cli-user", options, 64 << 20);
+    let dir = common::TempDir::new("cli-user");
+    let mnt = dir.path.join("mnt");
+    std::fs::create_dir(&mnt).unwrap();
+    let runtime = dir.path.join("run");
+    std::fs::create_dir(&runtime).unwrap();
+    for p in [&dir.path, &mnt, &runtime, &img.path] {
+        chown(p, USER);
+    }
+    std::fs::set_permissions(
+        &runtime,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .unwrap();
+    let canon = std::fs::canonicalize(&mnt).unwrap();
+    let name: String = canon
+        .to_string_lossy()
+        .chars()
+        .map(|c| if c == '/' { '_' } else { c })
+        .collect();
+    let pid_file = runtime.join("jbdfs").join(format!("{name}.pid"));
+    let helper = Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/umount.fuse.jbdfs");
+
+    for unmount in ["fusermount3", "umount.fuse.jbdfs"] {
+        let mut child = as_user(&runtime)
+            .arg(daemon_common::jbdfs_bin())
+            .arg("-f")
+            .arg(&img.path)
+            .arg(&mnt)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let _guard = daemon_common::UnmountOnDrop(mnt.clone());
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while !daemon_common::is_fuse_mounted(&canon) {
+            if let Some(status) = child.try_wait().unwrap() {
+                let out = child.wait_with_output().unwrap();
+                panic!("the user's mount failed ({status}): {}", stderr(&out));
+            }
+            assert!(std::time::Instant::now() < deadline, "no mount");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let pid = std::fs::read_to_string(&pid_file)
+            .unwrap_or_else(|e| panic!("{}: {e}", pid_file.display()));
+        assert_eq!(pid.trim(), child.id().to_string());
+        let file = mnt.join(format!("by-{unmount}"));
+        let out = as_user(&runtime)
+            .arg("sh")
+            .arg("-c")
+            .arg(r#"printf 'the user wrote this\n' >"$1" && sync "$1""#)
+            .arg("sh")
+            .arg(&file)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "write, fsync: {}", stderr(&out));
+        let out = match unmount {
+            "fusermount3" => as_user(&runtime)
+                .args(["fusermount3", "-u"])
+                .arg(&mnt)
+                .output(),
+            _ => as_user(&runtime)
+                .arg("bash")
+                .arg(&helper)
+                .arg(&mnt)
+                .output(),
+        }
+        .unwrap();
+        assert!(out.status.success(), "{unmount}: {}", stderr(&out));
+        assert_eq!(stderr(&out), "", "{unmount} said something");
+        if unmount == "umount.fuse.jbdfs" {
+            // The helper returns once the daemon has let the image go.
+            common::assert_e2fsck_clean(&img.path, "as umount.fuse.jbdfs returns");
+        }
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{}", stderr(&out));
+        assert_eq!(stderr(&out), "", "a user's mount says nothing");
+        assert!(out.stdout.is_empty(), "{:?}", out.stdout);
+        assert!(!pid_file.exists(), "{} left behind", pid_file.display());
+        common::assert_e2fsck_clean(&img.path, &format!("after {unmount}"));
+    }
+    let d = Daemon::start_exactly(&img.path, &mnt, "ro", Duration::from_secs(30)).unwrap();
+    for unmount in ["fusermount3", "umount.fuse.jbdfs"] {
+        let got = std::fs::read_to_string(mnt.join(format!("by-{unmount}"))).unwrap();
+        assert_eq!(got, "the user wrote this\n");
+    }
+    d.stop_ok();
+}

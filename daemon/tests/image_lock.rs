@@ -324,8 +324,8 @@ impl Drop for Fixture {
             if mount_entry(&mnt).is_none() {
                 continue;
             }
-            let pid = std::fs::read_to_string(jbdfs_daemon::daemon::pid_file_path(&mnt))
-                .ok()
+            let pid = jbdfs_daemon::daemon::pid_file_path(&mnt)
+                .and_then(|p| std::fs::read_to_string(p).ok())
                 .and_then(|t| t.trim().parse::<u32>().ok());
             let _ = Command::new("fusermount3")
                 .args(["-u", "-z"])
@@ -342,7 +342,8 @@ impl Drop for Fixture {
 /// The pid of the daemon serving `mnt`, from the file it writes for
 /// umount.fuse.jbdfs before the mount goes live.
 fn daemon_pid(mnt: &Path) -> u32 {
-    let path = jbdfs_daemon::daemon::pid_file_path(mnt);
+    let path =
+        jbdfs_daemon::daemon::pid_file_path(mnt).expect("root's pid files are in /run/jbdfs");
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("no pid file {}: {e}", path.display()));
     text.trim()

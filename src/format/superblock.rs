@@ -21,6 +21,13 @@ pub const EXT2_ERRORS_CONTINUE: u16 = 1;
 pub const EXT2_ERRORS_RO: u16 = 2;
 pub const EXT2_ERRORS_PANIC: u16 = 3;
 
+/// `s_creator_os` values.
+pub const EXT2_OS_LINUX: u32 = 0;
+pub const EXT2_OS_HURD: u32 = 1;
+pub const EXT2_OS_MASIX: u32 = 2;
+pub const EXT2_OS_FREEBSD: u32 = 3;
+pub const EXT2_OS_LITES: u32 = 4;
+
 pub const EXT2_GOOD_OLD_REV: u32 = 0;
 pub const EXT2_DYNAMIC_REV: u32 = 1;
 pub const EXT2_GOOD_OLD_FIRST_INO: u32 = 11;
@@ -224,6 +231,11 @@ pub struct Superblock {
     pub s_min_extra_isize: u16,
     pub s_want_extra_isize: u16,
     pub s_flags: u32,
+    /// RAID stride: blocks read or written before the next disk (mke2fs
+    /// `-E stride=`).
+    pub s_raid_stride: u16,
+    /// RAID stripe width: blocks in a full stripe (`-E stripe_width=`).
+    pub s_raid_stripe_width: u32,
     pub s_kbytes_written: u64,
     pub s_error_count: u32,
     pub s_first_error_time: u32,
@@ -325,6 +337,8 @@ impl Superblock {
             s_min_extra_isize: le16(buf, 0x15C),
             s_want_extra_isize: le16(buf, 0x15E),
             s_flags: le32(buf, 0x160),
+            s_raid_stride: le16(buf, 0x164),
+            s_raid_stripe_width: le32(buf, 0x170),
             s_kbytes_written: le64(buf, 0x178),
             s_error_count: le32(buf, 0x194),
             s_first_error_time: le32(buf, 0x198),
@@ -408,6 +422,8 @@ impl Superblock {
         put_le16(b, 0x15C, self.s_min_extra_isize);
         put_le16(b, 0x15E, self.s_want_extra_isize);
         put_le32(b, 0x160, self.s_flags);
+        put_le16(b, 0x164, self.s_raid_stride);
+        put_le32(b, 0x170, self.s_raid_stripe_width);
         put_le64(b, 0x178, self.s_kbytes_written);
         self.write_error_fields(b);
     }

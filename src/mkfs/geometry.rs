@@ -164,7 +164,25 @@ pub fn plan(opts: &MkfsOptions, size: u64) -> Result<Geometry> {
     if opts.label.len() > 16 {
         return Err(MkfsError::BadLabel(opts.label.clone()));
     }
-    let (compat, incompat, ro_compat) = resolve_features(&opts.features)?;
+    if opts.last_mounted.len() > 64 {
+        return Err(MkfsError::BadLastMounted);
+    }
+    let (compat, mut incompat, ro_compat) = resolve_features(&opts.features)?;
+    if opts.creator_os == sbm::EXT2_OS_HURD {
+        // The Hurd's ext2 has no file types in directory entries (mke2fs
+        // clears the feature for it).
+        incompat &= !feature::INCOMPAT_FILETYPE;
+    }
+    let max_bpg = (8 * bs).min(sbm::EXT2_MAX_BLOCKS_PER_GROUP);
+    let blocks_per_group = match opts.blocks_per_group {
+        Some(b) if b % 8 != 0 || b < 256 || b > max_bpg => {
+            return Err(MkfsError::BadBlocksPerGroup(b, max_bpg))
+        }
+        Some(b) => b,
+        // One bitmap block's bits, capped (from 8 KiB blocks on) so that a
+        // group's free count fits the descriptor's 16 bits, as mke2fs does.
+        None => max_bpg,
+    };
     let blocks = size / bs as u64;
     if blocks > u32::MAX as u64 {
         return Err(MkfsError::TooLarge {
@@ -183,9 +201,7 @@ pub fn plan(opts: &MkfsOptions, size: u64) -> Result<Geometry> {
         block_size: bs,
         blocks_count: blocks as u32,
         first_data_block: u32::from(bs == 1024),
-        // One bitmap block's bits, capped (from 8 KiB blocks on) so that a
-        // group's free count fits the descriptor's 16 bits, as mke2fs does.
-        blocks_per_group: (8 * bs).min(sbm::EXT2_MAX_BLOCKS_PER_GROUP),
+        blocks_per_group,
         groups: 0,
         inodes_per_group: 0,
         inode_size: opts.inode_size,

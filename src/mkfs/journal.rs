@@ -39,6 +39,17 @@ pub(super) struct JournalMap {
     pub(super) indirect: Vec<(u32, Vec<u32>)>,
 }
 
+impl JournalMap {
+    /// No journal blocks (`-S` writes none).
+    pub(super) fn none() -> Self {
+        JournalMap {
+            i_block: [0; 15],
+            data: Vec::new(),
+            indirect: Vec::new(),
+        }
+    }
+}
+
 pub(super) fn build_journal(g: &Geometry, alloc: &mut Allocator) -> JournalMap {
     let goal = g.group(g.groups / 2).data_start;
     let ptrs = (g.block_size / 4) as u64;

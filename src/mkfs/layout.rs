@@ -129,7 +129,12 @@ pub(super) fn build_superblock(
     sb.s_max_mnt_count = -1;
     sb.s_magic = sbm::EXT2_SUPER_MAGIC;
     sb.s_state = sbm::EXT2_VALID_FS;
-    sb.s_errors = sbm::EXT2_ERRORS_CONTINUE;
+    sb.s_errors = opts.errors;
+    sb.s_creator_os = opts.creator_os;
+    let last = opts.last_mounted.as_bytes();
+    sb.s_last_mounted[..last.len()].copy_from_slice(last);
+    sb.s_raid_stride = opts.stride.unwrap_or(0);
+    sb.s_raid_stripe_width = opts.stripe_width.unwrap_or(0);
     sb.s_lastcheck = now;
     sb.s_rev_level = sbm::EXT2_DYNAMIC_REV;
     sb.s_first_ino = ino::EXT2_FIRST_INO;
@@ -141,7 +146,10 @@ pub(super) fn build_superblock(
     sb.s_volume_name[..opts.label.len()].copy_from_slice(opts.label.as_bytes());
     sb.s_journal_inum = ino::EXT2_JOURNAL_INO;
     if g.compat & feature::COMPAT_DIR_INDEX != 0 {
-        let seed = crate::util::random_uuid()?;
+        let seed = match opts.hash_seed {
+            Some(s) => s,
+            None => crate::util::random_uuid()?,
+        };
         for (i, w) in sb.s_hash_seed.iter_mut().enumerate() {
             *w = u32::from_le_bytes([
                 seed[4 * i],
@@ -245,7 +253,13 @@ impl<'a> Writer<'a> {
         self.dev.write_at(&inode.to_bytes(), off)
     }
 
-    pub(super) fn write_directories(&self, root_blk: u32, lpf: &[u32], now: u32) -> io::Result<()> {
+    pub(super) fn write_directories(
+        &self,
+        root_blk: u32,
+        lpf: &[u32],
+        root_owner: (u32, u32),
+        now: u32,
+    ) -> io::Result<()> {
         let bs = self.g.block_size as usize;
         let ft = self.g.incompat & feature::INCOMPAT_FILETYPE != 0;
         let dir_type = if ft { EXT2_FT_DIR } else { 0 };
@@ -275,6 +289,7 @@ impl<'a> Writer<'a> {
         let sectors = (self.g.block_size / 512) as u64;
         let mut r = self.new_inode(S_IFDIR | 0o755, now);
         r.i_links_count = 3;
+        (r.i_uid, r.i_gid) = root_owner;
         r.i_size = bs as u64;
         r.i_blocks = sectors;
         r.i_block[0] = root_blk;
@@ -321,14 +336,33 @@ impl<'a> Writer<'a> {
         progress.start("Writing group bitmaps", self.g.groups as u64);
         let mut descs = Vec::with_capacity(self.g.groups as usize);
         for grp in 0..self.g.groups {
-            descs.push(self.write_group_bitmaps(grp, alloc)?);
+            let (desc, bb, ib) = self.group_bitmaps(grp, alloc, true);
+            self.write_block(desc.bg_block_bitmap, &bb)?;
+            self.write_block(desc.bg_inode_bitmap, &ib)?;
+            descs.push(desc);
             progress.set(grp as u64 + 1);
         }
         progress.finish();
         Ok(descs)
     }
 
-    fn write_group_bitmaps(&self, grp: u32, alloc: &Allocator) -> io::Result<GroupDesc> {
+    /// The group descriptors of a filesystem that holds nothing but its
+    /// metadata, for `-S`, whose bitmaps are left for e2fsck to rebuild:
+    /// every inode counted free, as mke2fs -S leaves them.
+    pub(super) fn bare_descriptors(&self, alloc: &Allocator) -> Vec<GroupDesc> {
+        (0..self.g.groups)
+            .map(|grp| self.group_bitmaps(grp, alloc, false).0)
+            .collect()
+    }
+
+    /// Group `grp`'s descriptor and block and inode bitmaps; `reserved`:
+    /// inodes 1 to 11 (the reserved ones and lost+found) are in use.
+    fn group_bitmaps(
+        &self,
+        grp: u32,
+        alloc: &Allocator,
+        reserved: bool,
+    ) -> (GroupDesc, Vec<u8>, Vec<u8>) {
         let l = self.g.group(grp);
         let bs = self.g.block_size as usize;
         let mut bb = vec![0u8; bs];
@@ -340,16 +374,14 @@ impl<'a> Writer<'a> {
         let used_blocks = count_bits(&bb, l.len);
         let mut ib = vec![0u8; bs];
         let ipg = self.g.inodes_per_group;
-        let (used_inodes, dirs) = if grp == 0 {
+        let (used_inodes, dirs) = if grp == 0 && reserved {
             (ino::EXT2_FIRST_INO, 2)
         } else {
             (0, 0)
         };
         set_bits(&mut ib, 0, used_inodes);
         set_bits(&mut ib, ipg, 8 * bs as u32 - ipg);
-        self.write_block(l.block_bitmap, &bb)?;
-        self.write_block(l.inode_bitmap, &ib)?;
-        Ok(GroupDesc {
+        let desc = GroupDesc {
             bg_block_bitmap: l.block_bitmap,
             bg_inode_bitmap: l.inode_bitmap,
             bg_inode_table: l.inode_table,
@@ -357,7 +389,8 @@ impl<'a> Writer<'a> {
             bg_free_inodes_count: (ipg - used_inodes) as u16,
             bg_used_dirs_count: dirs,
             ..Default::default()
-        })
+        };
+        (desc, bb, ib)
     }
 
     pub(super) fn write_superblocks(&self, sb: &Superblock, descs: &[GroupDesc]) -> io::Result<()> {

@@ -6,9 +6,12 @@
 //! first directories written in `layout`, the journal sized and written in
 //! `journal`.
 
+mod extended;
 mod geometry;
 mod journal;
 mod layout;
+mod populate;
+pub mod profile;
 
 use std::io;
 
@@ -16,12 +19,14 @@ use crate::device::BlockDevice;
 use crate::format::superblock::{self as sbm, feature, Superblock};
 use crate::util::Progress;
 
+pub use extended::{parse_extended, EXTENDED_OPTIONS};
 pub use geometry::{
     backup_blocks, group_of, plan, resolve_features, Geometry, GroupLayout, MAX_BLOCK_SIZE,
     MIN_BLOCK_SIZE,
 };
-use journal::build_journal;
+use journal::{build_journal, JournalMap};
 use layout::{build_superblock, lost_found_blocks, Allocator, Writer};
+pub use populate::PopulateError;
 
 /// What the user asked for, in mke2fs's terms.
 #[derive(Clone, Debug)]
@@ -45,6 +50,55 @@ pub struct MkfsOptions {
     pub reserved_percent: f64,
     /// `-O`: features to set ("name") or clear ("^name"), in order.
     pub features: Vec<String>,
+    /// `-E root_owner[=uid:gid]`: the root directory's owner (root's by
+    /// default, as mke2fs).
+    pub root_owner: Option<(u32, u32)>,
+    /// `-E lazy_itable_init`: accepted; without uninit_bg (not ext3) mke2fs
+    /// zeroes the inode tables all the same, and so does jbdfs.
+    pub lazy_itable_init: bool,
+    /// `-E stride=`: `s_raid_stride`.
+    pub stride: Option<u16>,
+    /// `-E stripe_width=`: `s_raid_stripe_width`.
+    pub stripe_width: Option<u32>,
+    /// `-E hash_seed=`: the directory hash seed (random by default).
+    pub hash_seed: Option<[u8; 16]>,
+    /// `-E discard|nodiscard`: discard the target first (a hole punched in
+    /// an image file, BLKDISCARD on a device), as mke2fs does by default.
+    pub discard: bool,
+    /// `-g`: blocks per group, a multiple of 8 from 256 to 8 x block size.
+    pub blocks_per_group: Option<u32>,
+    /// `-e`: `s_errors` (continue by default).
+    pub errors: u16,
+    /// `-M`: the last-mounted directory recorded in the superblock.
+    pub last_mounted: String,
+    /// `-o`: `s_creator_os` ([`creator_os`]).
+    pub creator_os: u32,
+    /// `-S`: write the superblock and group descriptors only, for recovery:
+    /// bitmaps, inode tables, directories and journal stay as they are,
+    /// and the filesystem is marked for e2fsck.
+    pub super_only: bool,
+}
+
+/// `s_creator_os` for `-o NAME`, as mke2fs spells them.
+pub fn creator_os(name: &str) -> Option<u32> {
+    Some(match name.to_ascii_lowercase().as_str() {
+        "linux" => sbm::EXT2_OS_LINUX,
+        "gnu" | "hurd" => sbm::EXT2_OS_HURD,
+        "masix" => sbm::EXT2_OS_MASIX,
+        "freebsd" => sbm::EXT2_OS_FREEBSD,
+        "lites" => sbm::EXT2_OS_LITES,
+        _ => return None,
+    })
+}
+
+/// `s_errors` for `-e NAME`.
+pub fn errors_behaviour(name: &str) -> Option<u16> {
+    Some(match name {
+        "continue" => sbm::EXT2_ERRORS_CONTINUE,
+        "remount-ro" => sbm::EXT2_ERRORS_RO,
+        "panic" => sbm::EXT2_ERRORS_PANIC,
+        _ => return None,
+    })
 }
 
 impl Default for MkfsOptions {
@@ -59,6 +113,17 @@ impl Default for MkfsOptions {
             uuid: None,
             reserved_percent: 5.0,
             features: Vec::new(),
+            root_owner: None,
+            lazy_itable_init: false,
+            stride: None,
+            stripe_width: None,
+            hash_seed: None,
+            discard: true,
+            blocks_per_group: None,
+            errors: sbm::EXT2_ERRORS_CONTINUE,
+            last_mounted: String::new(),
+            creator_os: sbm::EXT2_OS_LINUX,
+            super_only: false,
         }
     }
 }
@@ -87,6 +152,20 @@ pub enum MkfsError {
     TooManyInodes(u64),
     #[error("invalid label '{0}': at most 16 bytes")]
     BadLabel(String),
+    #[error("unknown extended option '{0}'; -E takes {EXTENDED_OPTIONS}")]
+    UnknownExtended(String),
+    #[error("invalid extended option '{option}': {why}")]
+    BadExtended { option: String, why: String },
+    #[error("usage type '{name}' is not defined in {profile}")]
+    UnknownUsageType { name: String, profile: String },
+    #[error("{path}: {why}")]
+    BadProfile { path: String, why: String },
+    #[error("invalid blocks per group {0}: must be a multiple of 8 from 256 to {1} (8 x the block size)")]
+    BadBlocksPerGroup(u32, u32),
+    #[error("invalid last-mounted directory: at most 64 bytes")]
+    BadLastMounted,
+    #[error(transparent)]
+    Populate(#[from] PopulateError),
     #[error("I/O error: {0}")]
     Io(#[from] io::Error),
 }
@@ -128,6 +207,18 @@ pub fn format(
     zeroed: Zeroed,
     progress: &mut Progress,
 ) -> Result<Summary> {
+    format_keeping_journal(dev, opts, geometry, zeroed, progress).map(|(s, _)| s)
+}
+
+/// [`format()`], also giving the journal's block map (for `-d`, which
+/// empties the log again once the tree is in).
+fn format_keeping_journal(
+    dev: &dyn BlockDevice,
+    opts: &MkfsOptions,
+    geometry: &Geometry,
+    zeroed: Zeroed,
+    progress: &mut Progress,
+) -> Result<(Summary, JournalMap)> {
     let uuid = match opts.uuid {
         Some(u) => u,
         None => crate::util::random_uuid()?,
@@ -136,6 +227,9 @@ pub fn format(
     let mut alloc = Allocator::new(geometry);
     let now = crate::util::now().0 as u32;
 
+    if opts.super_only {
+        return write_super_only(&w, opts, &uuid, now, progress).map(|s| (s, JournalMap::none()));
+    }
     w.zero_inode_tables(progress)?;
     let root_blk = alloc.next(geometry.group(0).data_start);
     let lpf_blocks: Vec<u32> = (0..lost_found_blocks(geometry.block_size))
@@ -149,7 +243,12 @@ pub fn format(
     w.write_journal(&journal, &uuid, progress)?;
     progress.message("done\n");
 
-    w.write_directories(root_blk, &lpf_blocks, now)?;
+    w.write_directories(
+        root_blk,
+        &lpf_blocks,
+        opts.root_owner.unwrap_or((0, 0)),
+        now,
+    )?;
     w.write_reserved_inodes(&journal, &lpf_blocks, now)?;
     let descs = w.write_bitmaps(&alloc, progress)?;
     let sb = build_superblock(geometry, opts, &uuid, &descs, &journal, now)?;
@@ -157,10 +256,76 @@ pub fn format(
     w.write_superblocks(&sb, &descs)?;
     dev.flush()?;
     progress.message("done\n");
-    Ok(Summary {
+    let summary = Summary {
         geometry: geometry.clone(),
         uuid,
         backups: backup_blocks(geometry),
+    };
+    Ok((summary, journal))
+}
+
+/// `-d`: copies `root` into the filesystem just made, then leaves the
+/// image as mkfs would have: the log empty and new (what the copy's
+/// commits left in it depends on their timing), no mount counted, the
+/// superblock's times mkfs's.
+fn fill(
+    dev: &std::sync::Arc<dyn BlockDevice>,
+    opts: &MkfsOptions,
+    summary: &Summary,
+    journal: &JournalMap,
+    root: &std::path::Path,
+    progress: &mut Progress,
+) -> Result<()> {
+    progress.message("Copying files into the device: ");
+    populate::populate(dev.clone(), root)?;
+    let g = &summary.geometry;
+    let w = Writer::new(&**dev, g, Zeroed::Nothing);
+    w.write_journal(journal, &summary.uuid, progress)?;
+    let mut buf = vec![0u8; sbm::SUPERBLOCK_SIZE];
+    dev.read_at(&mut buf, sbm::SUPERBLOCK_OFFSET)?;
+    let mut sb = Superblock::parse(&buf)
+        .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+    let now = crate::util::now().0 as u32;
+    sb.s_mnt_count = 0;
+    sb.s_mtime = 0;
+    sb.s_wtime = now;
+    sb.s_kbytes_written = 0;
+    sb.s_last_mounted = [0; 64];
+    let last = opts.last_mounted.as_bytes();
+    sb.s_last_mounted[..last.len()].copy_from_slice(last);
+    dev.write_at(&sb.to_bytes(), sbm::SUPERBLOCK_OFFSET)?;
+    dev.flush()?;
+    progress.message("done\n");
+    Ok(())
+}
+
+/// `-S`: the superblocks and descriptor tables of the filesystem the
+/// options describe, and nothing else; marked with errors, so that e2fsck
+/// rebuilds the bitmaps and counts from the inode tables left in place.
+fn write_super_only(
+    w: &Writer,
+    opts: &MkfsOptions,
+    uuid: &[u8; 16],
+    now: u32,
+    progress: &mut Progress,
+) -> Result<Summary> {
+    let g = w.g;
+    let alloc = Allocator::new(g);
+    let descs = w.bare_descriptors(&alloc);
+    let journal = journal::JournalMap::none();
+    let mut sb = build_superblock(g, opts, uuid, &descs, &journal, now)?;
+    sb.s_state |= sbm::EXT2_ERROR_FS;
+    sb.s_jnl_backup_type = 0;
+    sb.s_jnl_blocks = [0; 17];
+    progress.message("Skipping journal creation in super-only mode\n");
+    progress.message("Writing superblocks and filesystem accounting information: ");
+    w.write_superblocks(&sb, &descs)?;
+    w.dev.flush()?;
+    progress.message("done\n");
+    Ok(Summary {
+        geometry: g.clone(),
+        uuid: *uuid,
+        backups: backup_blocks(g),
     })
 }
 
@@ -231,6 +396,8 @@ pub struct Request {
     /// `-n`: work out the layout and print it, write nothing.
     pub dry_run: bool,
     pub quiet: bool,
+    /// `-d`: copy this directory tree in.
+    pub root_dir: Option<std::path::PathBuf>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -251,6 +418,12 @@ pub enum MakeError {
         size: u64,
         device: u64,
     },
+    /// `-d` failed: the target holds no filesystem (an image mkfs created
+    /// is removed).
+    #[error("{0}; no filesystem was made")]
+    Unmade(Box<MakeError>),
+    #[error("{0} does not exist: -S rewrites the superblocks of an existing filesystem")]
+    SuperOnlyNeedsFilesystem(String),
     /// Mounted or opened by another program (mke2fs's wording).
     #[error("{0}; will not make a filesystem here!")]
     InUse(crate::device::lock::InUse),
@@ -302,14 +475,18 @@ pub fn make_filesystem(
         TargetError::Io(e) => io_err(e),
         TargetError::Make(m) => m,
     })?;
-    lay_out(&name, req, target.fs_bytes, |len| {
+    let made = lay_out(&name, req, target.fs_bytes, |len| {
         let dev = target.open(path).map_err(|e| match e {
             TargetError::Io(e) => io_err(e),
             TargetError::Make(m) => m,
         })?;
         let zeroed = target.prepare(&dev, len).map_err(io_err)?;
         Ok((std::sync::Arc::new(dev), zeroed))
-    })
+    });
+    if matches!(made, Err(MakeError::Unmade(_))) && !target.exists {
+        let _ = std::fs::remove_file(path);
+    }
+    made
 }
 
 /// mkfs on an NBD export: its size unless one is given, and, as on a
@@ -336,7 +513,7 @@ fn make_on_export(
         Some(s) => s,
         None => dev.size(),
     };
-    if !req.force {
+    if !req.force && !req.options.super_only {
         if let Some(what) = existing_filesystem(&*dev).map_err(io_err)? {
             return Err(MakeError::Exists { path: name, what });
         }
@@ -382,10 +559,22 @@ fn lay_out(
         uuid,
         backups: backup_blocks(&geometry),
     }));
-    format(&*dev, &options, &geometry, zeroed, &mut progress).map_err(|error| MakeError::Mkfs {
+    let mk_err = |error| MakeError::Mkfs {
         path: name.to_string(),
         error,
-    })
+    };
+    let (summary, journal) =
+        format_keeping_journal(&*dev, &options, &geometry, zeroed, &mut progress)
+            .map_err(mk_err)?;
+    if let Some(root) = &req.root_dir {
+        if let Err(e) = fill(&dev, &options, &summary, &journal, root, &mut progress) {
+            // Not half-made: what is there is no filesystem.
+            let _ = dev.write_at(&[0u8; sbm::SUPERBLOCK_SIZE], sbm::SUPERBLOCK_OFFSET);
+            let _ = dev.flush();
+            return Err(MakeError::Unmade(Box::new(mk_err(e))));
+        }
+    }
+    Ok(summary)
 }
 
 enum TargetError {
@@ -407,6 +596,9 @@ struct Target {
     exists: bool,
     is_block_device: bool,
     fs_bytes: u64,
+    /// `-E discard` (the default): punch the image out, or BLKDISCARD the
+    /// device, before writing.
+    discard: bool,
 }
 
 impl Target {
@@ -418,6 +610,9 @@ impl Target {
         use std::os::unix::fs::FileTypeExt;
         let name = path.display().to_string();
         let Some(meta) = meta else {
+            if req.options.super_only {
+                return Err(TargetError::Make(MakeError::SuperOnlyNeedsFilesystem(name)));
+            }
             let size = req
                 .size
                 .ok_or_else(|| TargetError::Make(MakeError::NoSize(name.clone())))?;
@@ -425,6 +620,7 @@ impl Target {
                 exists: false,
                 is_block_device: false,
                 fs_bytes: size,
+                discard: false,
             });
         };
         let is_block_device = meta.file_type().is_block_device();
@@ -454,13 +650,15 @@ impl Target {
             Some(s) => s,
             None => current,
         };
-        if !req.force {
+        // -S rewrites the superblocks of the filesystem that is there.
+        if !req.force && !req.options.super_only {
             check_not_formatted(path, &name)?;
         }
         Ok(Target {
             exists: true,
             is_block_device,
             fs_bytes,
+            discard: req.options.discard && !req.options.super_only,
         })
     }
 
@@ -489,10 +687,18 @@ impl Target {
     /// Makes the filesystem's range read as zeros where that is cheap.
     fn prepare(&self, dev: &crate::device::FileDevice, len: u64) -> io::Result<Zeroed> {
         if self.is_block_device {
+            if self.discard {
+                // As mke2fs: a device that cannot discard is written all
+                // the same; what a discard leaves is not relied on.
+                let _ = dev.discard(0, len);
+            }
             return Ok(Zeroed::Nothing);
         }
         if !self.exists {
             return Ok(Zeroed::All);
+        }
+        if !self.discard {
+            return Ok(Zeroed::Nothing);
         }
         Ok(match punch_hole(dev.file(), len) {
             Ok(()) => Zeroed::All,
