@@ -354,19 +354,19 @@ def report_results(path, _charts=None):
                 for op, n in per[w].items():
                     total[op] += n
             ops = sorted(total, key=lambda o: -total[o])
-            top = ops[:10]
+            top = ops[:12]
             div = files or 1
             unit = "per file of the tree" if files else "in all"
             print(f"\nFUSE requests on {fs} ({dev}), {unit} ({files or 0:,} files), from every context "
-                  "(perf, fuse:fuse_request_send, this mount only); the 10 most frequent opcodes"
-                  + (", the rest in 'other'" if len(ops) > 10 else "") + ":\n")
-            head = ["workload", "total"] + top + (["other"] if len(ops) > 10 else [])
+                  "(perf, fuse:fuse_request_send, this mount only); the 12 most frequent opcodes"
+                  + (", the rest in 'other'" if len(ops) > 12 else "") + ":\n")
+            head = ["workload", "total"] + top + (["other"] if len(ops) > 12 else [])
             rows = []
             for w in work:
                 c = per[w]
                 row = [w, per_file(sum(c.values()), div)]
                 row += [per_file(c.get(o, 0), div) for o in top]
-                if len(ops) > 10:
+                if len(ops) > 12:
                     row.append(per_file(sum(n for o, n in c.items() if o not in top), div))
                 rows.append(row)
             report.table(head, rows)
