@@ -115,6 +115,10 @@ def tree_tar(root):
     tar, meta = CACHE_DIR / f"everyday-{key}.tar", CACHE_DIR / f"everyday-{key}.meta"
     sig = f"{root}\t{counts}\n"
     if not tar.exists() or not meta.exists() or meta.read_text() != sig:
+        if meta.exists() and meta.read_text() != sig:
+            then = meta.read_text().rstrip("\n").split("\t", 1)[-1]
+            warn(f"{root} changed since it was tarred (files, dirs, symlinks, bytes, newest mtime: "
+                 f"{then} then, {counts} now): figures from before are of another tree")
         info(f"tarring {root} into {tar} (once; again when the tree changes)")
         tmp = tar.with_suffix(".tar.tmp")
         if subprocess.run(["tar", "cf", tmp, "-C", root, "."]).returncode > 1:
