@@ -5,7 +5,7 @@ import sys
 
 COMMANDS = {
     "fsmark": "fsmark", "seqio": "seqio", "tree": "tree", "afd": "afd", "bigdir": "bigdir",
-    "data-modes": "datamodes", "fsck": "fsck",
+    "data-modes": "datamodes", "fsck": "fsck", "everyday": "everyday",
 }
 
 

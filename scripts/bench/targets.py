@@ -475,3 +475,152 @@ def fsck_summary():
     for f in FSCK_FAILED:
         print(f"- {f}")
     return False
+
+
+# -- jbdfs mounted as users mount it: `mount -t fuse.jbdfs` --------------
+# mount(8) runs mount.fuse3 (Debian's fuse3), which runs `jbdfs` from the
+# PATH mount(8) resets (so /usr/local/bin/jbdfs), and the daemon puts itself
+# in the background; `umount DIR` runs /sbin/umount.fuse.jbdfs, which waits
+# for the daemon to write the image back. mount_helpers() puts both in place
+# for a run, sharing scripts/fstests.sh's bookkeeping (SHARE_DIR), so that
+# runs at once do not remove what another still uses.
+SHARE_DIR = Path("/run/jbdfs-fstests")
+DAEMON_BIN = Path("/usr/local/bin/jbdfs")
+UMOUNT_HELPER = Path("/sbin/umount.fuse.jbdfs")
+
+
+def _share_leave():
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(SHARE_DIR / f"run.{os.getpid()}")
+    for f in SHARE_DIR.glob("run.*"):
+        pid = f.name.split(".", 1)[1]
+        if pid.isdigit() and os.path.exists(f"/proc/{pid}"):
+            return
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f)
+    for f in SHARE_DIR.glob("installed.*"):
+        with contextlib.suppress(OSError):
+            os.unlink(f.read_text().strip())
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(f)
+
+
+@contextlib.contextmanager
+def mount_helpers():
+    """What `mount -t fuse.jbdfs` and `umount` need, for the length of the
+    with: /usr/local/bin/jbdfs (a symlink to this build's, unless it is that
+    build already: another jbdfs there stops the run, as in fstests.sh) and
+    /sbin/umount.fuse.jbdfs, each removed afterwards if the run put it there."""
+    common.need("mount.fuse3", "mount -t fuse.jbdfs runs it: apt-get install fuse3 (scripts/deps.sh)")
+    SHARE_DIR.mkdir(parents=True, exist_ok=True)
+    (SHARE_DIR / f"run.{os.getpid()}").touch()
+    try:
+        mine = bin_dir() / "jbdfs"
+        if not DAEMON_BIN.exists() and not DAEMON_BIN.is_symlink():
+            os.symlink(mine.resolve(), DAEMON_BIN)
+            (SHARE_DIR / "installed.jbdfs").write_text(f"{DAEMON_BIN}\n")
+            info(f"installed {DAEMON_BIN} -> {mine.resolve()} for the run")
+        elif subprocess.run(["cmp", "-s", DAEMON_BIN, mine]).returncode:
+            die(f"{DAEMON_BIN} is another jbdfs than {mine}: mount -t fuse.jbdfs would run it "
+                "(reinstall with scripts/install.sh, remove it, or set JBDFS_BIN_DIR)")
+        if not UMOUNT_HELPER.exists():
+            shutil.copyfile(common.SCRIPTS / "umount.fuse.jbdfs", UMOUNT_HELPER)
+            os.chmod(UMOUNT_HELPER, 0o755)
+            (SHARE_DIR / "installed.umount-helper").write_text(f"{UMOUNT_HELPER}\n")
+            info(f"installed {UMOUNT_HELPER} for the run")
+        yield
+    finally:
+        _share_leave()
+
+
+class DaemonPid:
+    """The part of Popen that Daemon uses, for a daemon that is not our
+    child (it put itself in the background)."""
+
+    def __init__(self, pid):
+        self.pid = pid
+
+    def alive(self):
+        try:
+            with open(f"/proc/{self.pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except (OSError, IndexError):
+            return False
+
+    def poll(self):
+        return None if self.alive() else 0
+
+    def wait(self, timeout=None):
+        if not wait_for(lambda: not self.alive(), timeout if timeout is not None else 1e9, 0.02):
+            raise subprocess.TimeoutExpired(f"pid {self.pid}", timeout)
+        return 0
+
+    def terminate(self):
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(self.pid, 15)
+
+
+def mounted_pid(mnt):
+    """The pid of the jbdfs daemon serving MNT: its /run/mount/utab line
+    (x-jbdfs.pid=), else /run/jbdfs/<mountpoint>.pid."""
+    canon = os.path.realpath(mnt)
+    target = "TARGET=" + canon.replace("\\", "\\134").replace(" ", "\\040")
+    pid = None
+    with contextlib.suppress(OSError), open(os.environ.get("LIBMOUNT_UTAB", "/run/mount/utab")) as f:
+        for line in f:
+            fields = line.split()
+            if target in fields:
+                for fl in fields:
+                    if fl.startswith("OPTS="):
+                        for o in fl[5:].split(","):
+                            if re.fullmatch(r"x-jbdfs\.pid=\d+", o):
+                                pid = int(o.split("=")[1])
+    if pid is None:
+        with contextlib.suppress(OSError, ValueError):
+            pid = int(Path(f"/run/jbdfs/{canon.replace('/', '_')}.pid").read_text())
+    return pid
+
+
+class MountedJbdfs(Jbdfs):
+    """jbdfs through `mount -t fuse.jbdfs IMAGE DIR -o OPTS` and `umount DIR`,
+    as users run it (the daemon in the background, in a process group of
+    its own); needs mount_helpers()."""
+
+    def _mount(self, mnt, opts):
+        if self.device in ("nbd", "nbd-delay"):
+            die("the mount -t fuse.jbdfs targets run on ram and disk images only")
+        args = ["mount", "-t", "fuse.jbdfs"]
+        if self.options(opts):
+            args += ["-o", self.options(opts)]
+        args += [self.image, mnt]
+        start = os.path.getsize(self.log) if os.path.exists(self.log) else 0
+        with self._logf() as log:
+            rc = subprocess.run([str(a) for a in args], stdout=log, stderr=subprocess.STDOUT).returncode
+        if rc or not os.path.ismount(mnt):
+            subprocess.run(["tail", "-n", "20", self.log])
+            die(f"{' '.join(map(str, args))} failed (status {rc}; log: {self.log})")
+        pid = mounted_pid(mnt)
+        if pid is None:
+            die(f"no jbdfs daemon pid for {mnt} in /run/mount/utab or /run/jbdfs")
+        self.proc = DaemonPid(pid)
+        if self.transport == "io_uring":
+            self._check_uring(start)
+
+    def _umount(self, mnt):
+        if self.proc is not None:
+            with contextlib.suppress(OSError, StopIteration), open(f"/proc/{self.proc.pid}/status") as f:
+                hwm = next(int(line.split()[1]) for line in f if line.startswith("VmHWM"))
+                self.peak_kib = max(self.peak_kib, hwm)
+        # umount(8) runs /sbin/umount.fuse.jbdfs, which waits for the write-back.
+        if subprocess.run(["umount", mnt]).returncode:
+            warn(f"unmounting jbdfs from {mnt} failed")
+        self._reap()
+
+
+def make_mounted(name, device="ram", **kw):
+    """make(), but jbdfs (any transport) through `mount -t fuse.jbdfs`."""
+    base, transport = split(name)
+    if base != "jbdfs":
+        return make(name, device, **kw)
+    default = kw.pop("transport", None)
+    return MountedJbdfs(device, transport or default, label=kw.pop("label", None) or name, **kw)
