@@ -323,7 +323,16 @@ impl TlsClient {
                 }
                 Err(e) if e.code() == ErrorCode::WANT_READ => {
                     sent.map_err(|e| TlsError::Handshake(e.to_string()))?;
-                    t.fill().map_err(|e| TlsError::Handshake(e.to_string()))?;
+                    let more = t.fill().map_err(|e| match e.kind() {
+                        io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => {
+                            TlsError::Handshake("the server stopped answering".into())
+                        }
+                        _ => TlsError::Handshake(e.to_string()),
+                    })?;
+                    if !more {
+                        let hint = self.hint();
+                        return Err(TlsError::Handshake(format!("the server hung up{hint}")));
+                    }
                 }
                 Err(e) => return Err(self.why_failed(&t, e, name)),
             }
@@ -344,12 +353,15 @@ impl TlsClient {
             (None, Some(io)) => io.to_string(),
             _ => format!("{e}"),
         };
-        let hint = if self.psk_user.is_some() {
-            format!(" (is the key for user {:?} the server's?)", self.psk_user)
-        } else {
-            String::new()
-        };
-        TlsError::Handshake(format!("{detail}{hint}"))
+        TlsError::Handshake(format!("{detail}{}", self.hint()))
+    }
+
+    /// What to check when a PSK handshake fails.
+    fn hint(&self) -> String {
+        match &self.psk_user {
+            Some(u) => format!(" (is the key for user {u:?} the one the server has?)"),
+            None => String::new(),
+        }
     }
 }
 
