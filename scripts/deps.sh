@@ -40,6 +40,8 @@ shellcheck     shellcheck
 qemu-utils     qemu-nbd
 nbdkit         nbdkit
 nbd-server     nbd-server
+libssl-dev     -
+gnutls-bin     certtool psktool
 "
 
 pkg_installed() {

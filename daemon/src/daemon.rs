@@ -256,6 +256,7 @@ fn open_source(
             file: opts,
             nbd_timeout: cfg.nbd_timeout,
             nbd_connections: cfg.nbd_connections,
+            tls: cfg.mount_options.tls.clone(),
         };
         let opened =
             jbdfs::device::open::open(&source, &opts).map_err(|e| anyhow::anyhow!("{src}: {e}"))?;

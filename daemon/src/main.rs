@@ -56,6 +56,12 @@ jbdfs options (-o):
                                    before I/O fails with EIO (default 30)
   nbd_connections=N                connections to an NBD server that allows
                                    several (CAN_MULTI_CONN; 1-16, default 1)
+  tls-certificates=DIR             TLS to the NBD server, verified against
+                                   DIR/ca-cert.pem (client-cert.pem and
+                                   client-key.pem sent when present)
+  tls-psk-file=FILE                TLS with a pre-shared key (username:hexkey
+                                   lines); tls-username=NAME picks the line
+  tls-hostname=NAME                the name the server's certificate must bear
   debug, sync, dirsync, max_map=N, devsim=MODEL, stats=PATH, record=PATH
 Generic FUSE and mount options (ro, rw, noatime, allow_other, default_permissions,
 fsname=, ...) are passed on; fstab, systemd (x-*) and SELinux options, user_xattr and

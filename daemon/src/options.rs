@@ -202,6 +202,9 @@ pub struct MountOptions {
     /// Connections to an NBD source whose server offers CAN_MULTI_CONN
     /// (`-o nbd_connections=N`, default 1).
     pub nbd_connections: usize,
+    /// TLS credentials for an NBD source (`-o tls-certificates=DIR`,
+    /// `tls-psk-file=FILE`, `tls-username=`, `tls-hostname=`).
+    pub tls: jbdfs::device::nbd::TlsSettings,
     /// Generic FUSE/VFS options in the order given, with overridden ones removed.
     pub generic: Vec<String>,
     /// Accepted options that have no effect here (fstab, systemd, SELinux, ext3
@@ -400,6 +403,7 @@ impl Default for MountOptions {
             noload: false,
             nbd_timeout: DEFAULT_NBD_TIMEOUT_SECS,
             nbd_connections: 1,
+            tls: Default::default(),
             generic: Vec::new(),
             ignored: Vec::new(),
         }
@@ -522,6 +526,12 @@ impl MountOptions {
             "nbd_connections" => {
                 self.nbd_connections = in_range(key, value, NBD_CONNECTIONS_RANGE)?
             }
+            "tls-certificates" => {
+                self.tls.certificates = Some(text(key, value, "a directory")?.into())
+            }
+            "tls-psk-file" => self.tls.psk_file = Some(text(key, value, "a file path")?.into()),
+            "tls-username" => self.tls.username = Some(text(key, value, "a user name")?.into()),
+            "tls-hostname" => self.tls.hostname = Some(text(key, value, "a host name")?.into()),
             "max_map" => self.max_map = Some(number(key, value, "a non-negative integer")?),
             "devsim" => self.devsim = Some(devsim(key, value)?),
             "stats" => self.stats = Some(text(key, value, "a file path")?.into()),
@@ -953,6 +963,14 @@ mod tests {
         assert_eq!(parse("nbd_connections=4").nbd_connections, 4);
         assert_bad_value("nbd_connections=0", "nbd_connections");
         assert_bad_value("nbd_connections=17", "nbd_connections");
+        let t = parse("tls-psk-file=/etc/k.psk,tls-username=alice,tls-hostname=srv").tls;
+        assert_eq!(t.psk_file, Some("/etc/k.psk".into()));
+        assert_eq!(t.username.as_deref(), Some("alice"));
+        assert_eq!(t.hostname.as_deref(), Some("srv"));
+        assert_eq!(
+            parse("tls-certificates=/etc/pki/qemu").tls.certificates,
+            Some("/etc/pki/qemu".into())
+        );
     }
 
     #[test]

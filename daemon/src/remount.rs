@@ -68,6 +68,10 @@ const FIXED: &[&str] = &[
     "max_map",
     "nbd_timeout",
     "nbd_connections",
+    "tls-certificates",
+    "tls-psk-file",
+    "tls-username",
+    "tls-hostname",
 ];
 
 /// The words of `fixed` that would change what `mounted` says.

@@ -8,6 +8,11 @@
 //! restarted mid-workload loses nothing whose fsync returned; injected
 //! EIO reaches the application and panics nothing.
 //!
+//! And over TLS (issue 44): nbdkit --tls=require with a PSK, qemu-nbd with
+//! X.509 credentials made here with openssl; the same round trip, fsck
+//! over nbds://, the restart, and wrong keys, an unknown CA and a wrong
+//! host name refused before anything is written.
+//!
 //! Needs root and /dev/fuse (skipped loudly otherwise, a failure with CI
 //! set) and the servers (scripts/deps.sh installs them; a missing one
 //! skips its test loudly, or fails it with CI set). Every server a test
@@ -59,6 +64,9 @@ struct Server {
     pid: Option<u32>,
     /// The standard error of the latest start.
     log: Option<PathBuf>,
+    /// For a TLS server: the nbds URI's query (credentials), which may be
+    /// empty when they come as mount options.
+    tls: Option<String>,
 }
 
 impl Server {
@@ -102,7 +110,19 @@ impl Server {
 
     /// nbdkit's file plugin under `filters` with `params`, on a socket.
     fn nbdkit(backing: &Path, socket: &Path, filters: &[&str], params: &[String]) -> Server {
+        Self::nbdkit_with(backing, socket, &[], filters, params)
+    }
+
+    /// [`Server::nbdkit`] with server options before the plugin (TLS).
+    fn nbdkit_with(
+        backing: &Path,
+        socket: &Path,
+        opts: &[String],
+        filters: &[&str],
+        params: &[String],
+    ) -> Server {
         let mut args: Vec<String> = vec!["-f".into(), "-U".into(), socket.display().to_string()];
+        args.extend(opts.iter().cloned());
         for f in filters {
             args.push(format!("--filter={f}"));
         }
@@ -156,6 +176,7 @@ impl Server {
             pidfile,
             pid: None,
             log: None,
+            tls: None,
         };
         s.spawn();
         s
@@ -279,9 +300,21 @@ impl Server {
     }
 
     fn uri(&self) -> String {
+        let (s, q) = match &self.tls {
+            None => ("", String::new()),
+            Some(q) => ("s", q.clone()),
+        };
         match &self.listen {
-            Listen::Unix(p) => format!("nbd+unix:///{}?socket={}", self.export, p.display()),
-            Listen::Tcp(port) => format!("nbd://127.0.0.1:{port}/{}", self.export),
+            Listen::Unix(p) if q.is_empty() => {
+                format!("nbd{s}+unix:///{}?socket={}", self.export, p.display())
+            }
+            Listen::Unix(p) => {
+                format!("nbd{s}+unix:///{}?socket={}&{q}", self.export, p.display())
+            }
+            Listen::Tcp(port) if q.is_empty() => {
+                format!("nbd{s}://127.0.0.1:{port}/{}", self.export)
+            }
+            Listen::Tcp(port) => format!("nbd{s}://127.0.0.1:{port}/{}?{q}", self.export),
         }
     }
 
@@ -486,22 +519,28 @@ fn a_server_killed_mid_workload_loses_nothing_fsynced() {
     // explained (docs/PERFORMANCE.md, the eighth session), a round
     // that fails that way is run once more, and says so; what the test
     // asserts about fsync'd data is unchanged.
-    let Err(first) = server_killed_round() else {
+    server_killed(&|backing, listen| Server::qemu(backing, listen));
+}
+
+/// [`a_server_killed_mid_workload_loses_nothing_fsynced`] with the server
+/// `start` makes over a backing file, listening where it is told.
+fn server_killed(start: &dyn Fn(&Path, Listen) -> Server) {
+    let Err(first) = server_killed_round(start) else {
         return;
     };
     eprintln!("the daemon did not ride out the restart; once more. The first round: {first}");
-    if let Err(second) = server_killed_round() {
+    if let Err(second) = server_killed_round(start) {
         panic!("twice: {first}\n\nand then: {second}");
     }
 }
 
 /// One round of [`a_server_killed_mid_workload_loses_nothing_fsynced`]:
 /// an error if a writer failed (the daemon did not reconnect in time).
-fn server_killed_round() -> Result<(), String> {
+fn server_killed_round(start: &dyn Fn(&Path, Listen) -> Server) -> Result<(), String> {
     let backing = common::TempImage::sparse("nbd-kill", 128 << 20);
     let sock = common::TempDir::new("nbd-kill-sock");
     let dir = common::TempDir::new("nbd-kill");
-    let mut server = Server::qemu(&backing.path, Listen::Unix(sock.path.join("nbd.sock")));
+    let mut server = start(&backing.path, Listen::Unix(sock.path.join("nbd.sock")));
     let uri = server.uri();
     mkfs(&uri);
     let daemon = mount(&uri, &dir.path, "nbd_timeout=30");
@@ -748,4 +787,240 @@ fn several_connections_to_nbdkit() {
     // mkfs's one connection and the mount's three.
     assert!(writers.len() >= 4, "connections that wrote: {writers:?}");
     check_tree_with_linux(&backing.path, &t);
+}
+
+// ---- TLS (issue 44) ----
+
+/// Runs openssl with `args` (split at spaces) and then `more`.
+fn openssl(args: &str, more: &[&str], cwd: &Path) {
+    let out = Command::new("openssl")
+        .args(args.split(' '))
+        .args(more)
+        .current_dir(cwd)
+        .output()
+        .expect("run openssl");
+    assert!(
+        out.status.success(),
+        "openssl {args} {more:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A new P-256 key, unencrypted.
+const EC_KEY: &str = "-newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes";
+
+/// A CA in `dir` (ca-cert.pem, ca-key.pem).
+fn make_ca(dir: &Path, name: &str) {
+    std::fs::create_dir_all(dir).unwrap();
+    let args = format!(
+        "req -x509 {EC_KEY} -keyout ca-key.pem -out ca-cert.pem -days 2 \
+         -addext basicConstraints=critical,CA:TRUE -addext keyUsage=critical,keyCertSign,cRLSign"
+    );
+    openssl(&args, &["-subj", &format!("/CN={name}")], dir);
+}
+
+/// X.509 credentials as qemu and nbdkit lay them out, made for this test:
+/// `server/` (ca-cert.pem, server-cert.pem, server-key.pem for localhost
+/// and 127.0.0.1), `client/` (the same ca-cert.pem), and `other/`, the
+/// ca-cert.pem of a CA that signed nothing of the server's.
+struct Certs {
+    dir: common::TempDir,
+}
+
+impl Certs {
+    fn make() -> Certs {
+        let dir = common::TempDir::new("nbd-tls-certs");
+        let server = dir.path.join("server");
+        make_ca(&server, "jbdfs test CA");
+        let req =
+            format!("req {EC_KEY} -keyout server-key.pem -out server.csr -subj /CN=localhost");
+        openssl(&req, &[], &server);
+        std::fs::write(
+            server.join("server.ext"),
+            "basicConstraints=CA:FALSE\nkeyUsage=digitalSignature,keyEncipherment\n\
+             extendedKeyUsage=serverAuth\nsubjectAltName=DNS:localhost,IP:127.0.0.1\n",
+        )
+        .unwrap();
+        openssl(
+            "x509 -req -in server.csr -CA ca-cert.pem -CAkey ca-key.pem -CAcreateserial \
+             -out server-cert.pem -days 2 -extfile server.ext",
+            &[],
+            &server,
+        );
+        let client = dir.path.join("client");
+        std::fs::create_dir(&client).unwrap();
+        std::fs::copy(server.join("ca-cert.pem"), client.join("ca-cert.pem")).unwrap();
+        make_ca(&dir.path.join("other"), "someone else's CA");
+        Certs { dir }
+    }
+
+    fn client(&self, which: &str) -> String {
+        format!("tls-certificates={}", self.dir.path.join(which).display())
+    }
+
+    /// qemu-nbd with these credentials, the client verifying against them.
+    fn qemu(&self, backing: &Path, listen: Listen) -> Server {
+        let creds = format!(
+            "tls-creds-x509,id=tls0,endpoint=server,verify-peer=off,dir={}",
+            self.dir.path.join("server").display()
+        );
+        let mut s = Server::qemu_with(
+            backing,
+            listen,
+            &["--object", &creds, "--tls-creds", "tls0"],
+        );
+        s.tls = Some(self.client("client"));
+        s
+    }
+}
+
+/// `uri` with `param` in its query.
+fn with_param(uri: &str, param: &str) -> String {
+    let sep = if uri.contains('?') { '&' } else { '?' };
+    format!("{uri}{sep}{param}")
+}
+
+fn mkfs_error(uri: &str) -> String {
+    let req = jbdfs::mkfs::Request {
+        quiet: true,
+        ..Default::default()
+    };
+    match jbdfs::mkfs::make_filesystem(Path::new(uri), &req) {
+        Ok(_) => panic!("mkfs on {uri} should have been refused"),
+        Err(e) => format!("{e:#}"),
+    }
+}
+
+/// fsck through the library over the export, as fsck.jbdfs opens it.
+fn fsck_clean(uri: &str) {
+    let source = jbdfs::device::Source::parse(OsStr::new(uri)).unwrap();
+    let opened = jbdfs::device::open::open(&source, &Default::default()).expect("open for fsck");
+    let opts = jbdfs::fsck::FsckOptions {
+        force: true,
+        ..Default::default()
+    };
+    let report = jbdfs::fsck::check(opened.device.as_ref(), &opts).expect("fsck over TLS");
+    assert!(
+        report.problems.is_empty() && report.exit_code() == 0,
+        "fsck over {uri}: {report:?}"
+    );
+}
+
+/// Nothing reached the sparse backing file.
+fn untouched(backing: &Path) {
+    use std::os::unix::fs::MetadataExt;
+    let blocks = std::fs::metadata(backing).unwrap().blocks();
+    assert_eq!(blocks, 0, "{} was written to", backing.display());
+}
+
+/// mkfs, the daemon and fsck over nbds:// (the credentials in the URI for
+/// mkfs and fsck, as mount options for the daemon when `mount_opts` is
+/// given), then Linux reads the tree from the server's backing file.
+fn tls_round_trip(
+    server: &mut Server,
+    backing: &Path,
+    mnt: &Path,
+    mount_uri: &str,
+    mount_opts: &str,
+) {
+    let uri = server.uri();
+    mkfs(&uri);
+    let t = tree("tls");
+    let daemon = mount(mount_uri, mnt, mount_opts);
+    write_tree(mnt, &t);
+    check_tree(mnt, &t);
+    let exited = stop(daemon);
+    assert!(exited.status.success(), "{exited:?}");
+    assert!(
+        exited.stderr.is_empty(),
+        "a clean mount says nothing: {exited:?}"
+    );
+    fsck_clean(&uri);
+    server.kill();
+    check_tree_with_linux(backing, &t);
+}
+
+/// qemu-nbd with X.509 credentials over TCP: an unknown CA and a wrong
+/// host name are refused naming the reason, a plain client is told to
+/// ask for TLS, nothing is written by any of them; then the round trip.
+#[test]
+fn qemu_nbd_with_x509_over_tcp() {
+    let Some((backing, _dir, mnt)) = setup("qemu_nbd_with_x509_over_tcp", "qemu-nbd") else {
+        return;
+    };
+    if !have("openssl") {
+        return;
+    }
+    let certs = Certs::make();
+    let mut server = certs.qemu(&backing.path, Listen::Tcp(free_port()));
+    let uri = server.uri();
+    let plain = uri.replace("nbds://", "nbd://");
+    let plain = plain.split('?').next().unwrap();
+    let e = mkfs_error(plain);
+    assert!(e.contains("requires TLS") && e.contains("nbds://"), "{e}");
+    server.tls = Some(certs.client("other"));
+    let e = mkfs_error(&server.uri());
+    assert!(e.contains("certificate refused"), "{e}");
+    assert!(e.contains("local issuer"), "{e}");
+    server.tls = Some(certs.client("client"));
+    let e = mkfs_error(&with_param(&uri, "tls-hostname=elsewhere.example"));
+    assert!(
+        e.contains("certificate refused") && e.contains("hostname mismatch"),
+        "{e}"
+    );
+    assert!(e.contains("elsewhere.example"), "{e}");
+    untouched(&backing.path);
+    tls_round_trip(&mut server, &backing.path, &mnt, &uri, "");
+}
+
+/// nbdkit --tls=require with a PSK over a Unix socket, the daemon taking
+/// the credentials as mount options (an fstab line with no secret in
+/// it): a wrong key is refused before anything is written.
+#[test]
+fn nbdkit_with_psk_over_a_unix_socket() {
+    let Some((backing, dir, mnt)) = setup("nbdkit_with_psk_over_a_unix_socket", "nbdkit") else {
+        return;
+    };
+    let keys = dir.path.join("keys.psk");
+    std::fs::write(&keys, "alice:9a1b2c3d4e5f60718293a4b5c6d7e8f9\n").unwrap();
+    let wrong = dir.path.join("wrong.psk");
+    std::fs::write(&wrong, "alice:00112233445566778899aabbccddeeff\n").unwrap();
+    let sock = dir.path.join("nbd.sock");
+    let mut server = Server::nbdkit_with(
+        &backing.path,
+        &sock,
+        &[
+            "--tls=require".into(),
+            format!("--tls-psk={}", keys.display()),
+        ],
+        &[],
+        &[],
+    );
+    let bare = format!("nbds+unix:///?socket={}", sock.display());
+    server.tls = Some(format!(
+        "tls-psk-file={}&tls-username=alice",
+        wrong.display()
+    ));
+    let e = mkfs_error(&server.uri());
+    assert!(e.contains("TLS handshake") && e.contains("alice"), "{e}");
+    let e = mkfs_error(&bare.replace("nbds+unix", "nbd+unix"));
+    assert!(e.contains("requires TLS"), "{e}");
+    untouched(&backing.path);
+    server.tls = Some(format!(
+        "tls-psk-file={}&tls-username=alice",
+        keys.display()
+    ));
+    let opts = format!("tls-psk-file={},tls-username=alice", keys.display());
+    tls_round_trip(&mut server, &backing.path, &mnt, &bare, &opts);
+}
+
+/// [`a_server_killed_mid_workload_loses_nothing_fsynced`] over TLS: the
+/// daemon renegotiates TLS with the restarted qemu-nbd and resends.
+#[test]
+fn a_tls_server_killed_mid_workload_loses_nothing_fsynced() {
+    if !have("qemu-nbd") || !have("openssl") {
+        return;
+    }
+    let certs = Certs::make();
+    server_killed(&|backing, listen| certs.qemu(backing, listen));
 }

@@ -21,6 +21,7 @@
 //! costs memory, so past [`UNFLUSHED_LIMIT`] bytes a write flushes.
 
 pub mod proto;
+pub mod tls;
 pub mod uri;
 
 use std::collections::{BTreeMap, HashMap};
@@ -36,6 +37,7 @@ use std::time::{Duration, Instant};
 use parking_lot::{Condvar, Mutex, RwLock};
 
 pub use proto::ExportInfo;
+pub use tls::{TlsClient, TlsSettings};
 pub use uri::NbdUri;
 
 use super::BlockDevice;
@@ -97,12 +99,15 @@ pub struct NbdConfig {
     /// Connections to open when the server allows several
     /// (`CAN_MULTI_CONN`); one otherwise.
     pub connections: usize,
+    /// TLS (NBD_OPT_STARTTLS) on every connection, never plain text.
+    pub tls: Option<Arc<TlsClient>>,
 }
 
-/// One socket, TCP or Unix.
+/// One socket, TCP or Unix, or a TLS session over one.
 enum Stream {
     Tcp(TcpStream),
     Unix(UnixStream),
+    Tls(Box<tls::TlsStream<Stream>>),
 }
 
 impl Stream {
@@ -127,28 +132,36 @@ impl Stream {
             }
         }
     }
+    /// Another handle on the same socket (and TLS session).
     fn try_clone(&self) -> io::Result<Stream> {
         Ok(match self {
             Stream::Tcp(s) => Stream::Tcp(s.try_clone()?),
             Stream::Unix(s) => Stream::Unix(s.try_clone()?),
+            Stream::Tls(t) => Stream::Tls(Box::new(t.with_raw(t.raw().try_clone()?))),
         })
     }
     fn shutdown(&self) {
         let _ = match self {
             Stream::Tcp(s) => s.shutdown(Shutdown::Both),
             Stream::Unix(s) => s.shutdown(Shutdown::Both),
+            Stream::Tls(t) => {
+                t.raw().shutdown();
+                Ok(())
+            }
         };
     }
     fn set_read_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_read_timeout(t),
             Stream::Unix(s) => s.set_read_timeout(t),
+            Stream::Tls(s) => s.raw().set_read_timeout(t),
         }
     }
     fn set_write_timeout(&self, t: Option<Duration>) -> io::Result<()> {
         match self {
             Stream::Tcp(s) => s.set_write_timeout(t),
             Stream::Unix(s) => s.set_write_timeout(t),
+            Stream::Tls(s) => s.raw().set_write_timeout(t),
         }
     }
 }
@@ -158,6 +171,7 @@ impl Read for Stream {
         match self {
             Stream::Tcp(s) => s.read(buf),
             Stream::Unix(s) => s.read(buf),
+            Stream::Tls(s) => s.read(buf),
         }
     }
 }
@@ -167,12 +181,14 @@ impl Write for Stream {
         match self {
             Stream::Tcp(s) => s.write(buf),
             Stream::Unix(s) => s.write(buf),
+            Stream::Tls(s) => s.write(buf),
         }
     }
     fn write_vectored(&mut self, bufs: &[IoSlice<'_>]) -> io::Result<usize> {
         match self {
             Stream::Tcp(s) => s.write_vectored(bufs),
             Stream::Unix(s) => s.write_vectored(bufs),
+            Stream::Tls(s) => s.write_vectored(bufs),
         }
     }
     fn flush(&mut self) -> io::Result<()> {
@@ -629,6 +645,8 @@ impl NbdDevice {
         uri::NbdUri {
             address: self.cfg.address.clone(),
             export: self.cfg.export.clone(),
+            tls: self.cfg.tls.is_some(),
+            tls_settings: TlsSettings::default(),
         }
         .to_string()
     }
@@ -637,11 +655,11 @@ impl NbdDevice {
         let per_try = cfg
             .timeout
             .clamp(Duration::from_secs(1), Duration::from_secs(10));
-        let mut s = Stream::connect(&cfg.address, per_try)
+        let s = Stream::connect(&cfg.address, per_try)
             .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", cfg.address)))?;
         // A server that accepts and then says nothing must not hang us.
         s.set_read_timeout(Some(per_try))?;
-        let info = proto::handshake(&mut s, &cfg.export).map_err(|e| {
+        let (s, info) = Self::negotiate(s, cfg).map_err(|e| {
             let e = if e.kind() == io::ErrorKind::WouldBlock || e.kind() == io::ErrorKind::TimedOut
             {
                 io::Error::new(io::ErrorKind::TimedOut, "NBD server: handshake timed out")
@@ -651,6 +669,22 @@ impl NbdDevice {
             io::Error::new(e.kind(), format!("{}: {e}", cfg.address))
         })?;
         s.set_read_timeout(None)?;
+        Ok((s, info))
+    }
+
+    /// The handshake on `s`, which becomes a TLS stream after
+    /// NBD_OPT_STARTTLS when TLS is configured.
+    fn negotiate(mut s: Stream, cfg: &NbdConfig) -> io::Result<(Stream, ExportInfo)> {
+        let no_zeroes = proto::greet(&mut s)?;
+        if let Some(tls) = &cfg.tls {
+            proto::starttls(&mut s).map_err(|e| tls::TlsError::NotOffered(e.to_string()))?;
+            let host = match &cfg.address {
+                NbdAddress::Tcp { host, .. } => host.as_str(),
+                NbdAddress::Unix(_) => "localhost",
+            };
+            s = Stream::Tls(Box::new(tls.connect(s, host)?));
+        }
+        let info = proto::go(&mut s, &cfg.export, no_zeroes)?;
         Ok((s, info))
     }
 

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::nbd::{self, NbdConfig, NbdDevice, NbdUri};
+use super::nbd::{self, NbdConfig, NbdDevice, NbdUri, TlsClient, TlsSettings};
 use super::{BlockDevice, FileDevice, OpenOptions};
 
 /// An image's location.
@@ -54,7 +54,7 @@ impl std::fmt::Display for Source {
 }
 
 /// How to open a [`Source`].
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct SourceOptions {
     /// For files and block devices; `read_only` applies to exports too.
     pub file: OpenOptions,
@@ -62,6 +62,10 @@ pub struct SourceOptions {
     pub nbd_timeout: Duration,
     /// NBD connections to use when the server allows several.
     pub nbd_connections: usize,
+    /// TLS credentials for an NBD source (`-o tls-certificates=` and the
+    /// rest), over the URI's own; naming credentials asks for TLS even
+    /// with an `nbd://` URI.
+    pub tls: TlsSettings,
 }
 
 impl Default for SourceOptions {
@@ -70,6 +74,7 @@ impl Default for SourceOptions {
             file: OpenOptions::default(),
             nbd_timeout: nbd::DEFAULT_TIMEOUT,
             nbd_connections: 1,
+            tls: TlsSettings::default(),
         }
     }
 }
@@ -114,11 +119,18 @@ pub fn open(source: &Source, opts: &SourceOptions) -> io::Result<Opened> {
             read_only: opts.file.read_only,
         }),
         Source::Nbd(u) => {
+            let settings = u.tls_settings.overridden_by(&opts.tls);
+            let tls = if u.tls || settings.any() {
+                Some(Arc::new(TlsClient::new(&settings)?))
+            } else {
+                None
+            };
             let dev = NbdDevice::connect(NbdConfig {
                 address: u.address.clone(),
                 export: u.export.clone(),
                 timeout: opts.nbd_timeout,
                 connections: opts.nbd_connections,
+                tls,
             })?;
             let read_only = opts.file.read_only || dev.is_read_only();
             Ok(Opened {

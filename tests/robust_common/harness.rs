@@ -41,8 +41,24 @@ pub fn nbd_client(data: &[u8]) {
             assert_eq!(again, u, "URI round trip");
         }
     }
-    let mut server = Server(data);
-    let Ok(info) = proto::handshake(&mut server, "disk") else {
+    // As a plain client, and as a TLS client does: greeting, STARTTLS,
+    // GO, then replies. TLS only decrypts; the same parsers read what the
+    // server sent, so the same bytes stand for the decrypted stream.
+    replies(Server(data), |s| proto::handshake(s, "disk"));
+    replies(Server(data), |s| {
+        let no_zeroes = proto::greet(s)?;
+        proto::starttls(s)?;
+        proto::go(s, "disk", no_zeroes)
+    });
+}
+
+/// The handshake `negotiate` makes, then up to 64 replies, on `server`.
+fn replies<S: std::io::Read + std::io::Write>(
+    mut server: S,
+    negotiate: impl FnOnce(&mut S) -> std::io::Result<jbdfs::device::nbd::ExportInfo>,
+) {
+    use jbdfs::device::nbd::proto;
+    let Ok(info) = negotiate(&mut server) else {
         return;
     };
     assert!(info.min_block.is_power_of_two() && info.min_block <= 65536);

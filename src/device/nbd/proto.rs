@@ -24,6 +24,7 @@ pub const FLAG_C_NO_ZEROES: u32 = 1 << 1;
 // Options and their replies.
 pub const OPT_EXPORT_NAME: u32 = 1;
 pub const OPT_ABORT: u32 = 2;
+pub const OPT_STARTTLS: u32 = 5;
 pub const OPT_GO: u32 = 7;
 pub const REP_ACK: u32 = 1;
 pub const REP_INFO: u32 = 3;
@@ -134,12 +135,13 @@ fn be_u64(b: &[u8]) -> u64 {
 /// the sizes it gives), falling back to `NBD_OPT_EXPORT_NAME` on a server
 /// without GO.
 pub fn handshake<S: Read + Write>(s: &mut S, export: &str) -> io::Result<ExportInfo> {
-    if export.len() > MAX_NAME {
-        return Err(io::Error::new(
-            io::ErrorKind::InvalidInput,
-            format!("NBD export name is longer than {MAX_NAME} bytes"),
-        ));
-    }
+    let no_zeroes = greet(s)?;
+    go(s, export, no_zeroes)
+}
+
+/// The server's greeting and our flags; whether the server leaves out the
+/// zeroes after `NBD_OPT_EXPORT_NAME`'s reply.
+pub fn greet<S: Read + Write>(s: &mut S) -> io::Result<bool> {
     let mut greet = [0u8; 18];
     read_exact_or(s, &mut greet[..16], "the greeting")?;
     if be_u64(&greet) != NBDMAGIC {
@@ -164,7 +166,41 @@ pub fn handshake<S: Read + Write>(s: &mut S, export: &str) -> io::Result<ExportI
         cflags |= FLAG_C_NO_ZEROES;
     }
     s.write_all(&cflags.to_be_bytes())?;
+    Ok(no_zeroes)
+}
 
+/// `NBD_OPT_STARTTLS`: `Ok` when the server acknowledged it, so the TLS
+/// handshake comes next on the same socket. Anything else is an error:
+/// a client that asked for TLS never goes on without it.
+pub fn starttls<S: Read + Write>(s: &mut S) -> io::Result<()> {
+    send_option(s, OPT_STARTTLS, &[])?;
+    let (kind, payload) = read_option_reply(s, OPT_STARTTLS)?;
+    let msg = human(&payload);
+    let why = match kind {
+        REP_ACK => return Ok(()),
+        REP_ERR_UNSUP => "it does not know NBD_OPT_STARTTLS".to_string(),
+        REP_ERR_POLICY => "NBD_OPT_STARTTLS refused by policy".to_string(),
+        REP_ERR_INVALID => "NBD_OPT_STARTTLS invalid (already in TLS?)".to_string(),
+        k if k & REP_ERR != 0 => format!("NBD_OPT_STARTTLS answered with error {k:#x}"),
+        k => format!("NBD_OPT_STARTTLS answered with reply type {k}"),
+    };
+    let _ = send_option(s, OPT_ABORT, &[]);
+    let why = if msg.is_empty() {
+        why
+    } else {
+        format!("{why}: {msg}")
+    };
+    Err(io::Error::new(io::ErrorKind::PermissionDenied, why))
+}
+
+/// `NBD_OPT_GO` for `export` (after [`greet`], and [`starttls`] if TLS).
+pub fn go<S: Read + Write>(s: &mut S, export: &str, no_zeroes: bool) -> io::Result<ExportInfo> {
+    if export.len() > MAX_NAME {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("NBD export name is longer than {MAX_NAME} bytes"),
+        ));
+    }
     let mut go = Vec::with_capacity(8 + export.len());
     go.extend_from_slice(&(export.len() as u32).to_be_bytes());
     go.extend_from_slice(export.as_bytes());
@@ -258,17 +294,14 @@ fn option_error(kind: u32, export: &str, payload: &[u8]) -> io::Error {
         REP_ERR_POLICY => "refused by policy (too many connections, or access denied)".into(),
         REP_ERR_INVALID => "the request was invalid".into(),
         REP_ERR_PLATFORM => "not supported on the server's platform".into(),
-        REP_ERR_TLS_REQD => "requires TLS, which jbdfs does not speak".into(),
+        REP_ERR_TLS_REQD => "requires TLS: use an nbds:// (or nbds+unix://) URI, \
+             or give tls-certificates=DIR or tls-psk-file=FILE"
+            .into(),
         REP_ERR_SHUTDOWN => "the server is shutting down".into(),
         REP_ERR_BLOCK_SIZE_REQD => "block sizes required".into(),
         k => format!("error {:#x}", k),
     };
-    // The payload, when there is one, is a message for humans.
-    let msg: String = String::from_utf8_lossy(payload)
-        .chars()
-        .filter(|c| !c.is_control())
-        .take(200)
-        .collect();
+    let msg = human(payload);
     let kind = match kind {
         REP_ERR_UNKNOWN => io::ErrorKind::NotFound,
         REP_ERR_POLICY => io::ErrorKind::PermissionDenied,
@@ -279,6 +312,15 @@ fn option_error(kind: u32, export: &str, payload: &[u8]) -> io::Error {
     } else {
         io::Error::new(kind, format!("NBD server: {what}: {msg}"))
     }
+}
+
+/// An error reply's payload, a message for humans, made safe to print.
+fn human(payload: &[u8]) -> String {
+    String::from_utf8_lossy(payload)
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(200)
+        .collect()
 }
 
 /// The old way in, for servers without `NBD_OPT_GO`: no reply on error

@@ -1,6 +1,8 @@
 //! The NBD client against a fake server written here, over a Unix socket:
 //! handshake, replies out of order, error replies, bad magic and cookies,
-//! dropped connections with reconnect and resending, and the timeout.
+//! dropped connections with reconnect and resending, and the timeout;
+//! and the same over TLS (a PSK server made here with OpenSSL), with a
+//! wrong key, a server that will not start TLS and one that strips it.
 //! The fake keeps a volatile cache over a durable image, as a real server
 //! with a write cache does: FLUSH copies one to the other, and dropping a
 //! connection "crashes" the server, losing what was not flushed.
@@ -33,6 +35,44 @@ struct Behaviour {
     claimed_size: Option<u64>,
     /// Send only half of the next read's data, then hang up.
     truncate_next_read: bool,
+    tls: FakeTls,
+}
+
+/// What the fake does about TLS.
+#[derive(Clone, Default)]
+enum FakeTls {
+    #[default]
+    Off,
+    /// Requires NBD_OPT_STARTTLS, then TLS with this PSK for user "alice".
+    Require(Vec<u8>),
+    /// A man in the middle: acknowledges STARTTLS and goes on in plain text.
+    Strip,
+}
+
+/// The PSK the fake and the client share in these tests.
+const KEY: &[u8] = b"0123456789abcdef0123456789abcdef";
+
+/// A PSK file for the client with `key` for alice.
+fn psk_file(key: &[u8]) -> PathBuf {
+    let path = std::env::temp_dir().join(format!(
+        "jbdfs-nbd-{}-{}.psk",
+        std::process::id(),
+        crate::util::unique_suffix()
+    ));
+    let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+    std::fs::write(&path, format!("alice:{hex}\n")).unwrap();
+    path
+}
+
+fn tls_client(key: &[u8]) -> Arc<TlsClient> {
+    let path = psk_file(key);
+    let c = TlsClient::new(&TlsSettings {
+        psk_file: Some(path.clone()),
+        ..Default::default()
+    })
+    .unwrap();
+    let _ = std::fs::remove_file(path);
+    Arc::new(c)
 }
 
 #[derive(Default)]
@@ -102,6 +142,10 @@ impl Fake {
             export: "disk".into(),
             timeout: Duration::from_secs(5),
             connections: 1,
+            tls: match &self.how.lock().tls {
+                FakeTls::Off => None,
+                _ => Some(tls_client(KEY)),
+            },
         }
     }
 
@@ -132,13 +176,13 @@ impl Drop for Fake {
     }
 }
 
-fn rd<const N: usize>(s: &mut UnixStream) -> Option<[u8; N]> {
+fn rd<const N: usize>(s: &mut impl Read) -> Option<[u8; N]> {
     let mut b = [0u8; N];
     s.read_exact(&mut b).ok()?;
     Some(b)
 }
 
-fn opt_reply(s: &mut UnixStream, opt: u32, kind: u32, data: &[u8]) {
+fn opt_reply(s: &mut impl Write, opt: u32, kind: u32, data: &[u8]) {
     let mut m = Vec::new();
     m.extend_from_slice(&OPT_REPLY_MAGIC.to_be_bytes());
     m.extend_from_slice(&opt.to_be_bytes());
@@ -163,14 +207,57 @@ fn serve(mut s: UnixStream, disk: Arc<Mutex<Disk>>, how: Arc<Mutex<Behaviour>>) 
     let Some(_cflags) = rd::<4>(&mut s) else {
         return;
     };
-    loop {
-        let Some(h) = rd::<16>(&mut s) else { return };
-        let opt = u32::from_be_bytes(h[8..12].try_into().unwrap());
-        let len = u32::from_be_bytes(h[12..16].try_into().unwrap()) as usize;
-        let mut data = vec![0u8; len];
-        if s.read_exact(&mut data).is_err() {
-            return;
+    let key = match &b.tls {
+        FakeTls::Off => return serve_options(s, disk, how, b),
+        FakeTls::Require(key) => key.clone(),
+        FakeTls::Strip => Vec::new(),
+    };
+    let Some((opt, _)) = read_option(&mut s) else {
+        return;
+    };
+    if opt != OPT_STARTTLS {
+        opt_reply(&mut s, opt, REP_ERR_TLS_REQD, b"TLS is required");
+        return;
+    }
+    opt_reply(&mut s, opt, REP_ACK, b"");
+    if key.is_empty() {
+        return serve_options(s, disk, how, b);
+    }
+    use openssl::ssl::{SslAcceptor, SslMethod};
+    let mut a = SslAcceptor::mozilla_intermediate_v5(SslMethod::tls_server()).unwrap();
+    a.set_cipher_list("PSK").unwrap();
+    a.set_psk_server_callback(move |_ssl, id, out| {
+        if id != Some(&b"alice"[..]) {
+            return Ok(0);
         }
+        out[..key.len()].copy_from_slice(&key);
+        Ok(key.len())
+    });
+    let Ok(tls) = a.build().accept(s) else { return };
+    serve_options(tls, disk, how, b)
+}
+
+/// One option from the client: its number and data.
+fn read_option(s: &mut impl Read) -> Option<(u32, Vec<u8>)> {
+    let h = rd::<16>(s)?;
+    let opt = u32::from_be_bytes(h[8..12].try_into().unwrap());
+    let len = u32::from_be_bytes(h[12..16].try_into().unwrap()) as usize;
+    let mut data = vec![0u8; len];
+    s.read_exact(&mut data).ok()?;
+    Some((opt, data))
+}
+
+/// The options after the greeting (and TLS), then transmission.
+fn serve_options<S: Read + Write>(
+    mut s: S,
+    disk: Arc<Mutex<Disk>>,
+    how: Arc<Mutex<Behaviour>>,
+    b: Behaviour,
+) {
+    loop {
+        let Some((opt, data)) = read_option(&mut s) else {
+            return;
+        };
         if opt != OPT_GO {
             opt_reply(&mut s, opt, REP_ERR_UNSUP, b"");
             continue;
@@ -408,8 +495,18 @@ fn bad_magic_and_wrong_cookies_are_errors_not_panics() {
 
 #[test]
 fn a_dropped_connection_is_replaced_and_unflushed_writes_are_sent_again() {
+    dropped_connection(FakeTls::Off);
+}
+
+#[test]
+fn over_tls_a_dropped_connection_renegotiates_and_sends_again() {
+    dropped_connection(FakeTls::Require(KEY.to_vec()));
+}
+
+fn dropped_connection(tls: FakeTls) {
     let fake = Fake::start(Behaviour {
         flags: TFLAG_SEND_FLUSH,
+        tls,
         ..Default::default()
     });
     let d = fake.connect();
@@ -530,8 +627,18 @@ fn short_replies_and_a_server_lying_about_its_size() {
 
 #[test]
 fn several_connections_when_the_server_allows_them() {
+    several_connections(FakeTls::Off);
+}
+
+#[test]
+fn over_tls_several_connections_each_have_a_session() {
+    several_connections(FakeTls::Require(KEY.to_vec()));
+}
+
+fn several_connections(tls: FakeTls) {
     let fake = Fake::start(Behaviour {
         flags: TFLAG_SEND_FLUSH | TFLAG_CAN_MULTI_CONN,
+        tls: tls.clone(),
         ..Default::default()
     });
     let mut cfg = fake.config();
@@ -568,7 +675,10 @@ fn several_connections_when_the_server_allows_them() {
     assert_eq!(b, durable);
 
     // Without CAN_MULTI_CONN, one connection whatever is asked.
-    let fake = Fake::start(Behaviour::default());
+    let fake = Fake::start(Behaviour {
+        tls,
+        ..Default::default()
+    });
     let mut cfg = fake.config();
     cfg.connections = 3;
     let _d = NbdDevice::connect(cfg).unwrap();
@@ -624,4 +734,92 @@ fn a_missing_socket_is_described_as_seen_from_here() {
     let refused = io::Error::from(io::ErrorKind::ConnectionRefused);
     assert_eq!(addr.seen_from_here(&refused), "");
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn tls_reads_and_writes_large_and_concurrent() {
+    let fake = Fake::start(Behaviour {
+        flags: TFLAG_SEND_FLUSH,
+        tls: FakeTls::Require(KEY.to_vec()),
+        ..Default::default()
+    });
+    let d = Arc::new(fake.connect());
+    // Larger than a TLS record, so replies come in many records.
+    let big: Vec<u8> = (0..300_000u32).map(|i| (i % 251) as u8).collect();
+    d.write_at(&big, 4096).unwrap();
+    let threads: Vec<_> = (0..3u8)
+        .map(|i| {
+            let d = d.clone();
+            std::thread::spawn(move || {
+                d.write_at(&[i + 1; 8192], 512 * 1024 + i as u64 * 8192)
+                    .unwrap()
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    d.flush().unwrap();
+    let mut back = vec![0u8; big.len()];
+    d.read_at(&mut back, 4096).unwrap();
+    assert!(back == big);
+    let durable = fake.disk.lock().durable.clone();
+    assert!(durable[4096..4096 + big.len()] == big[..]);
+    assert!(durable[512 * 1024..512 * 1024 + 8192]
+        .iter()
+        .all(|&x| x == 1));
+}
+
+#[test]
+fn a_wrong_key_is_refused_and_nothing_is_written() {
+    let fake = Fake::start(Behaviour {
+        flags: TFLAG_SEND_FLUSH,
+        tls: FakeTls::Require(KEY.to_vec()),
+        ..Default::default()
+    });
+    let mut cfg = fake.config();
+    cfg.tls = Some(tls_client(b"not the server's key, not at all"));
+    let e = NbdDevice::connect(cfg).err().unwrap().to_string();
+    assert!(
+        e.contains("TLS handshake with the NBD server failed"),
+        "{e}"
+    );
+    assert!(e.contains("alice"), "{e}");
+    assert!(fake.disk.lock().cache.iter().all(|&x| x == 0));
+}
+
+#[test]
+fn tls_is_never_given_up_for_plain_text() {
+    // A man in the middle acknowledges STARTTLS, then talks in plain text.
+    let fake = Fake::start(Behaviour {
+        tls: FakeTls::Strip,
+        ..Default::default()
+    });
+    let mut cfg = fake.config();
+    cfg.tls = Some(tls_client(KEY));
+    let e = NbdDevice::connect(cfg).err().unwrap().to_string();
+    assert!(
+        e.contains("TLS handshake with the NBD server failed"),
+        "{e}"
+    );
+    // A server (or a proxy) without STARTTLS: refused, not used plain.
+    let fake = Fake::start(Behaviour::default());
+    let mut cfg = fake.config();
+    cfg.tls = Some(tls_client(KEY));
+    let e = NbdDevice::connect(cfg).err().unwrap().to_string();
+    assert!(e.contains("does not offer TLS"), "{e}");
+    assert!(e.contains("never used without it"), "{e}");
+}
+
+#[test]
+fn a_plain_client_is_told_how_to_ask_for_tls() {
+    let fake = Fake::start(Behaviour {
+        tls: FakeTls::Require(KEY.to_vec()),
+        ..Default::default()
+    });
+    let mut cfg = fake.config();
+    cfg.tls = None;
+    let e = NbdDevice::connect(cfg).err().unwrap().to_string();
+    assert!(e.contains("requires TLS") && e.contains("nbds://"), "{e}");
+    assert!(e.contains("tls-psk-file"), "{e}");
 }

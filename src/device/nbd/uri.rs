@@ -1,10 +1,13 @@
 //! NBD URIs as qemu and libnbd write them (the NBD project's doc/uri.md):
-//! `nbd://HOST[:PORT][/EXPORT]` and `nbd+unix:///EXPORT?socket=PATH`.
-//! TLS schemes (`nbds`, `nbds+unix`) are refused: jbdfs does not speak TLS.
+//! `nbd://HOST[:PORT][/EXPORT]` and `nbd+unix:///EXPORT?socket=PATH`, and
+//! their TLS forms `nbds://` and `nbds+unix://` with the query parameters
+//! `tls-certificates=DIR`, `tls-psk-file=FILE`, `tls-username=` and
+//! `tls-hostname=`.
 
 use std::fmt;
 use std::path::PathBuf;
 
+use super::tls::TlsSettings;
 use super::NbdAddress;
 
 /// The NBD default port.
@@ -14,6 +17,10 @@ pub const DEFAULT_PORT: u16 = 10809;
 pub struct NbdUri {
     pub address: NbdAddress,
     pub export: String,
+    /// An `nbds` scheme: TLS or nothing.
+    pub tls: bool,
+    /// The `tls-*` query parameters (only with `nbds`).
+    pub tls_settings: TlsSettings,
 }
 
 /// Whether `s` is meant as an NBD URI (so a parse error is worth
@@ -46,6 +53,7 @@ impl NbdUri {
         let export = percent_decode(path.strip_prefix('/').unwrap_or(path))
             .ok_or_else(|| err("bad %-escape in the export name"))?;
         let mut socket = None;
+        let mut tls_settings = TlsSettings::default();
         for pair in query.into_iter().flat_map(|q| q.split('&')) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             match k {
@@ -53,36 +61,53 @@ impl NbdUri {
                     let v = percent_decode(v).ok_or_else(|| err("bad %-escape in socket="))?;
                     socket = Some(PathBuf::from(v));
                 }
-                // Options for other clients' TLS, which we refuse anyway.
+                "tls-certificates" | "tls-psk-file" | "tls-username" | "tls-hostname" => {
+                    let v = percent_decode(v)
+                        .filter(|v| !v.is_empty())
+                        .ok_or_else(|| err(&format!("bad or empty {k}=")))?;
+                    let t = &mut tls_settings;
+                    match k {
+                        "tls-certificates" => t.certificates = Some(PathBuf::from(v)),
+                        "tls-psk-file" => t.psk_file = Some(PathBuf::from(v)),
+                        "tls-username" => t.username = Some(v),
+                        _ => t.hostname = Some(v),
+                    }
+                }
                 _ => return Err(err(&format!("unsupported query parameter {k:?}"))),
             }
         }
+        let tls = scheme.starts_with("nbds");
+        if !tls && tls_settings != TlsSettings::default() {
+            return Err(err("tls-* parameters need an nbds:// or nbds+unix:// URI"));
+        }
         let address = match scheme.as_str() {
-            "nbd" | "nbd+tcp" => {
+            "nbd" | "nbd+tcp" | "nbds" | "nbds+tcp" => {
                 if socket.is_some() {
                     return Err(err("socket= needs the nbd+unix scheme"));
                 }
                 let (host, port) = split_host_port(authority).map_err(|w| err(&w))?;
                 NbdAddress::Tcp { host, port }
             }
-            "nbd+unix" => {
+            "nbd+unix" | "nbds+unix" => {
                 if !authority.is_empty() {
-                    return Err(err(
-                        "nbd+unix takes no host (nbd+unix:///EXPORT?socket=PATH)",
-                    ));
+                    return Err(err(&format!(
+                        "{scheme} takes no host ({scheme}:///EXPORT?socket=PATH)"
+                    )));
                 }
-                let path = socket.ok_or_else(|| err("nbd+unix needs ?socket=PATH"))?;
+                let path = socket.ok_or_else(|| err(&format!("{scheme} needs ?socket=PATH")))?;
                 NbdAddress::Unix(path)
-            }
-            "nbds" | "nbds+tcp" | "nbds+unix" => {
-                return Err(err("TLS (nbds) is not supported by jbdfs"))
             }
             other => return Err(err(&format!("unsupported scheme {other:?}"))),
         };
         if export.len() > super::proto::MAX_NAME {
             return Err(err("export name too long"));
         }
-        Ok(NbdUri { address, export })
+        Ok(NbdUri {
+            address,
+            export,
+            tls,
+            tls_settings,
+        })
     }
 }
 
@@ -154,6 +179,37 @@ fn percent_encode(s: &str, keep: &[u8]) -> String {
 impl fmt::Display for NbdUri {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let export = percent_encode(&self.export, b"/");
+        let s = if self.tls { "s" } else { "" };
+        let mut query = Vec::new();
+        if let NbdAddress::Unix(p) = &self.address {
+            query.push(format!(
+                "socket={}",
+                percent_encode(&p.to_string_lossy(), b"/")
+            ));
+        }
+        let t = &self.tls_settings;
+        let paths = [
+            ("tls-certificates", &t.certificates),
+            ("tls-psk-file", &t.psk_file),
+        ];
+        for (k, v) in paths {
+            if let Some(v) = v {
+                query.push(format!(
+                    "{k}={}",
+                    percent_encode(&v.to_string_lossy(), b"/")
+                ));
+            }
+        }
+        for (k, v) in [("tls-username", &t.username), ("tls-hostname", &t.hostname)] {
+            if let Some(v) = v {
+                query.push(format!("{k}={}", percent_encode(v, b"")));
+            }
+        }
+        let query = if query.is_empty() {
+            String::new()
+        } else {
+            format!("?{}", query.join("&"))
+        };
         match &self.address {
             NbdAddress::Tcp { host, port } => {
                 let host = if host.contains(':') {
@@ -162,15 +218,12 @@ impl fmt::Display for NbdUri {
                     host.clone()
                 };
                 if *port == DEFAULT_PORT {
-                    write!(f, "nbd://{host}/{export}")
+                    write!(f, "nbd{s}://{host}/{export}{query}")
                 } else {
-                    write!(f, "nbd://{host}:{port}/{export}")
+                    write!(f, "nbd{s}://{host}:{port}/{export}{query}")
                 }
             }
-            NbdAddress::Unix(p) => {
-                let sock = percent_encode(&p.to_string_lossy(), b"/");
-                write!(f, "nbd+unix:///{export}?socket={sock}")
-            }
+            NbdAddress::Unix(_) => write!(f, "nbd{s}+unix:///{export}{query}"),
         }
     }
 }
@@ -186,6 +239,8 @@ mod tests {
                 port,
             },
             export: export.into(),
+            tls: false,
+            tls_settings: TlsSettings::default(),
         }
     }
 
@@ -204,12 +259,28 @@ mod tests {
             p("nbd+unix:///vol?socket=/run/nbd.sock"),
             NbdUri {
                 address: NbdAddress::Unix("/run/nbd.sock".into()),
-                export: "vol".into()
+                export: "vol".into(),
+                tls: false,
+                tls_settings: TlsSettings::default(),
             }
         );
         assert_eq!(p("nbd+unix://?socket=/s").export, "");
+        let t = p("nbds://h:99/x?tls-psk-file=/k.psk&tls-username=alice&tls-hostname=srv");
+        assert!(t.tls);
+        assert_eq!(t.address, tcp("h", 99, "x").address);
+        assert_eq!(t.tls_settings.psk_file.as_deref(), Some("/k.psk".as_ref()));
+        assert_eq!(t.tls_settings.username.as_deref(), Some("alice"));
+        assert_eq!(t.tls_settings.hostname.as_deref(), Some("srv"));
+        let t = p("nbds+unix:///v?socket=/s&tls-certificates=/etc/pki/qemu");
+        assert!(t.tls && t.address == NbdAddress::Unix("/s".into()));
+        assert_eq!(
+            t.tls_settings.certificates.as_deref(),
+            Some("/etc/pki/qemu".as_ref())
+        );
+        assert!(p("nbds://h").tls_settings == TlsSettings::default());
         for bad in [
-            "nbds://h/x",
+            "nbds+unix:///x",
+            "nbds://h/x?tls-username=",
             "nbd+unix:///x",
             "nbd+unix://host/x?socket=/s",
             "nbd://h:port/x",
@@ -237,6 +308,9 @@ mod tests {
             "nbd://127.0.0.1:1234/",
             "nbd://[::1]:99/a%20b",
             "nbd+unix:///vol?socket=/run/my%20nbd.sock",
+            "nbds://h:7/e",
+            "nbds+unix:///e?socket=/s&tls-psk-file=/k&tls-username=a%20b",
+            "nbds://h/e?tls-certificates=/pki&tls-hostname=srv.example",
         ] {
             let u = NbdUri::parse(s).unwrap();
             assert_eq!(u.to_string(), s);
