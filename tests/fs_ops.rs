@@ -519,3 +519,56 @@ fn rename_whiteout_leaves_a_whiteout_at_the_old_name() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("Type: character special"), "{text}");
 }
+
+/// A setattr that gives every field the value it holds, ctime included
+/// (the kernel's write-back of times it has sent before), takes no handle
+/// and changes nothing; one that changes a field, or leaves the ctime to
+/// the clock, still takes one and lands.
+#[test]
+fn a_setattr_that_changes_nothing_takes_no_handle() {
+    let img = jbdfs_image("setattr-noop", 64 << 20, 4096);
+    let fs = mount_file(&img.path);
+    let (f, _) = fs.mknod(ROOT, b"f", 0o100644, 0, ME).unwrap();
+    let held = fs.getattr(f).unwrap();
+    let same = SetAttr {
+        mode: Some(held.i_mode),
+        uid: Some(held.i_uid),
+        gid: Some(held.i_gid),
+        mtime: Some(held.i_mtime),
+        ctime: Some(held.i_ctime),
+        ..Default::default()
+    };
+    let before = fs.journal().handles_started();
+    fs.setattr(f, &same, ME).unwrap();
+    assert_eq!(
+        fs.journal().handles_started(),
+        before,
+        "a no-op setattr took a handle"
+    );
+    let mut later = held.i_mtime;
+    later.sec += 7;
+    let changed = SetAttr {
+        mtime: Some(later),
+        ..same
+    };
+    fs.setattr(f, &changed, ME).unwrap();
+    assert_eq!(fs.journal().handles_started(), before + 1);
+    assert_eq!(fs.getattr(f).unwrap().i_mtime, later);
+    let no_ctime = SetAttr {
+        uid: Some(held.i_uid),
+        ..Default::default()
+    };
+    fs.setattr(f, &no_ctime, ME).unwrap();
+    assert_eq!(
+        fs.journal().handles_started(),
+        before + 2,
+        "a chown moves the ctime"
+    );
+    fs.unmount().unwrap();
+    drop(fs);
+    let fs = mount_file(&img.path);
+    assert_eq!(fs.getattr(f).unwrap().i_mtime, later);
+    fs.unmount().unwrap();
+    drop(fs);
+    assert_e2fsck_clean(&img.path, "after no-op and real setattrs");
+}

@@ -704,6 +704,9 @@ impl Filesystem {
         let inode = self.iget(ino)?;
         let mut st = inode.state.write();
         super::flags::may_setattr(&st.disk, attr)?;
+        if setattr_changes_nothing(&st.disk, attr) {
+            return Ok(st.disk.clone());
+        }
         let mut h = self.journal.start(NAMEI_CREDITS)?;
         if super::flags::is_sync(&st.disk) {
             h.set_sync();
@@ -753,4 +756,21 @@ impl Filesystem {
         st.disk.i_ctime = a.ctime.unwrap_or(t);
         self.write_inode(h, ino, &st.disk)
     }
+}
+
+/// Whether a setattr would leave the inode as it is: every field it gives
+/// holds that value already, and it gives the ctime too (without one, the
+/// ctime moves to now). The kernel sends such requests under the writeback
+/// cache when it writes back times the daemon has already been told
+/// (fuse_flush_times after a utimensat or a chmod); they need no handle
+/// and write nothing, since nothing on disk changes.
+fn setattr_changes_nothing(disk: &Inode, a: &SetAttr) -> bool {
+    let same = |given: Option<Timestamp>, held: Timestamp| given.is_none_or(|t| t == held);
+    a.size.is_none()
+        && a.mode.is_none_or(|m| m & 0o7777 == disk.i_mode & 0o7777)
+        && a.uid.is_none_or(|u| u == disk.i_uid)
+        && a.gid.is_none_or(|g| g == disk.i_gid)
+        && same(a.atime, disk.i_atime)
+        && same(a.mtime, disk.i_mtime)
+        && a.ctime == Some(disk.i_ctime)
 }
