@@ -3,6 +3,10 @@
 //! Layers, bottom up (see docs/ARCHITECTURE.md):
 //! - [`format`]: pure bytes <-> structs for ext3 and JBD, no I/O;
 //! - [`device`]: the `BlockDevice` trait and its implementations;
+//! - [`cache`]: the buffer cache over a device, with its write-back;
+//! - [`journal`]: JBD: handles, commit, checkpoint, revoke, recovery;
+//! - [`fs`]: ext3's semantics (inodes, directories, files, orphans, ACLs)
+//!   on the journal;
 //! - [`mkfs`], [`fsck`]: the library code behind the two thin binaries.
 //!
 //! This crate is the filesystem only: it has no FUSE, command-line or

@@ -47,7 +47,7 @@ pub const DEFAULT_CACHE_SIZE: u64 = jbdfs::fs::mount::DEFAULT_CACHE_SIZE as u64;
 /// request faster than one the kernel must wake (fs_mark on a ramdisk:
 /// 10-20% more files/s with 8 than with 32 from 4 threads up); enough,
 /// because a worker blocked reading a slow device serves nothing else.
-/// fsyncs on a slow device wait on their own threads (src/fuse/runners.rs),
+/// fsyncs on a slow device wait on their own threads (daemon/src/fuse/runners.rs),
 /// so batching does not need a worker per concurrent fsync.
 pub const DEFAULT_THREADS: usize = 8;
 pub const THREADS_RANGE: RangeInclusive<usize> = 1..=1024;

@@ -35,9 +35,6 @@ use crate::format::{Corruption, FormatError, Location};
 
 pub use mount::{DataMode, Filesystem, MountConfig};
 
-/// Records the process on whose behalf this thread now works (a FUSE
-/// request's pid), before it calls in: the journal's bdelay batching tells
-/// a sync writer that waits for others apart from the one that came last.
 /// The current time as an inode timestamp, from the coarse clock the
 /// kernel's ext3 stamps inodes with (util::now).
 pub(crate) fn now() -> crate::format::inode::Timestamp {
@@ -45,6 +42,9 @@ pub(crate) fn now() -> crate::format::inode::Timestamp {
     crate::format::inode::Timestamp { sec, nsec }
 }
 
+/// Records the process on whose behalf this thread now works (a FUSE
+/// request's pid), before it calls in: the journal's bdelay batching tells
+/// a sync writer that waits for others apart from the one that came last.
 pub fn set_caller(pid: u32) {
     crate::journal::set_caller(pid);
 }

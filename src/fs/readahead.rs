@@ -1,8 +1,8 @@
 //! Read-pattern detection per inode, sizing how far ahead the block map is
 //! brought into the cache.
 //!
-//! File data itself is read ahead by the kernel (FUSE readahead, see
-//! src/fuse/mod.rs) and, for an image file, by the host page cache under
+//! File data itself is read ahead by the kernel (FUSE readahead, asked
+//! for at FUSE_INIT in daemon/src/fuse/fuser_adapter.rs) and, for an image file, by the host page cache under
 //! it; what the daemon adds is metadata readahead: while a file is read
 //! sequentially, the indirect blocks the next reads will need are read in
 //! the background, so that no read waits on a pointer block. The window

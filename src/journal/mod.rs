@@ -36,8 +36,8 @@
 pub mod batch;
 pub mod checkpoint;
 pub mod commit;
-// Named as jbd2 names the file; the module is the journal object itself.
 pub mod jmap;
+// Named as jbd2 names the file; the module is the journal object itself.
 #[allow(clippy::module_inception)]
 mod journal;
 mod parallel;
