@@ -913,8 +913,13 @@ impl Handler for JbdFuse {
         )
         .entered();
         // After a forced shutdown every request fails until unmount, as
-        // ext4_forced_shutdown makes each operation fail.
-        if self.fs.is_shut_down() {
+        // ext4_forced_shutdown makes each operation fail; but a stat of an
+        // inode the kernel holds still answers, as ext4_getattr does (it
+        // checks no shutdown). Kernel-cached attributes are invalidated
+        // whenever atime moves, so failing it would make a mount's own root
+        // unstat-able (mountpoint(1), umount helpers) after a shutdown.
+        let stat = matches!(op, Op::Getattr { .. } | Op::Statx { .. });
+        if self.fs.is_shut_down() && !stat {
             return reply.respond(Err(Errno::from_i32(libc::EIO)));
         }
         match op {
